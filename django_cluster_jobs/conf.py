@@ -1,0 +1,93 @@
+"""The CLUSTER_JOBS setting, read through a typed object whose class attributes are the defaults."""
+
+from __future__ import annotations
+
+import os
+import socket
+from datetime import UTC, datetime
+from typing import Any
+
+from django.conf import settings as django_settings
+from django.core.signals import setting_changed
+
+from .exceptions import ImproperlyConfigured
+
+
+class Defaults:
+    """Documented defaults; every key of CLUSTER_JOBS must be one of these attributes."""
+
+    #: This node's id; None means $POD_NAME / $HOSTNAME-like host name plus the pid.
+    NODE_ID: str | None = None
+    #: Tags this node advertises; jobs with ``requires=`` run only on nodes that have them.
+    NODE_TAGS: tuple[str, ...] = ()
+    #: Worker threads per node for running handlers.
+    EXECUTOR_THREADS: int = 4
+    #: Most occurrences claimed in one statement.
+    CLAIM_BATCH_SIZE: int = 500
+    #: Seconds a stopping node waits for running handlers before handing their runs back.
+    GRACE_PERIOD: float = 30.0
+    #: Seconds between polls for pending runs on databases without notifications.
+    POLL_INTERVAL: float = 1.0
+    #: Database alias holding the ledger tables.
+    DATABASE: str = "default"
+    #: "auto", "postgresql", "sqlite" or "orm".
+    COORDINATION: str = "auto"
+    #: Seconds a run lease lasts without renewal.
+    LEASE_TTL: float = 30.0
+    #: Seconds between heartbeats (node row, run leases, clock offset).
+    HEARTBEAT_INTERVAL: float = 5.0
+    #: Seconds without heartbeat after which the leader marks a node dead.
+    DEAD_AFTER: float = 60.0
+    #: Seconds the leader lease lasts without renewal.
+    LEADER_TTL: float = 15.0
+    #: Days of finished runs kept in the ledger.
+    RETENTION_DAYS: float = 14.0
+    #: Anchor of every fixed-rate grid, identical on every node.
+    EPOCH: datetime = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+KNOWN = frozenset(k for k in vars(Defaults) if k.isupper())
+
+
+class Settings(Defaults):
+    """Resolves each key from settings.CLUSTER_JOBS, falling back to Defaults."""
+
+    _cache: dict[str, Any] | None = None
+
+    def _user(self) -> dict[str, Any]:
+        if self._cache is None:
+            user = dict(getattr(django_settings, "CLUSTER_JOBS", {}) or {})
+            unknown = sorted(set(user) - KNOWN)
+            if unknown:
+                raise ImproperlyConfigured(
+                    f"Unknown CLUSTER_JOBS key(s) {', '.join(unknown)}; "
+                    f"valid keys are {', '.join(sorted(KNOWN))}."
+                )
+            self._cache = user
+        return self._cache
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in KNOWN:
+            return self._user().get(name, getattr(Defaults, name))
+        return super().__getattribute__(name)
+
+    def clear(self) -> None:
+        self._cache = None
+
+    def node_id(self) -> str:
+        """The configured node id, or one made from the pod or host name and the pid."""
+        if self.NODE_ID:
+            return str(self.NODE_ID)
+        host = os.environ.get("POD_NAME") or socket.gethostname()
+        return f"{host}:{os.getpid()}"
+
+
+app_settings = Settings()
+
+
+def _reset(*, setting: str, **_: Any) -> None:
+    if setting == "CLUSTER_JOBS":
+        app_settings.clear()
+
+
+setting_changed.connect(_reset)

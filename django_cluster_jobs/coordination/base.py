@@ -1,0 +1,249 @@
+"""The coordinator interface and the portable parts every dialect shares."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import connections, transaction
+from django.db.models import Count, F, Max, Q
+from django.db.models.functions import Now
+
+from ..models import EventKind, JobDefinition, JobRun, RunEvent, RunState, WorkerNode
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One occurrence this node wants to run."""
+
+    job_id: int
+    key: str
+    scheduled_at: datetime
+    outcome: str = "won"
+    priority: int = 0
+    payload: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Won:
+    """A claim this node won: the run row it now owns."""
+
+    run_id: int
+    job_id: int
+    key: str
+    fence: int = 1
+    attempt: int = 1
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """The answer to a fixed-delay window claim: the run won, or when to ask again."""
+
+    won: Won | None = None
+    next_check: datetime | None = None
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """What a node reports at each heartbeat."""
+
+    clock_offset_ms: float = 0.0
+    claims_won: int = 0
+    claims_lost: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "clock_offset_ms": self.clock_offset_ms,
+            "claims_won": self.claims_won,
+            "claims_lost": self.claims_lost,
+            "skipped": dict(self.skipped),
+        }
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What a heartbeat learned: the node's status as stored and the runs it still owns."""
+
+    status: str
+    owned_runs: frozenset[int]
+    cancel_requested: frozenset[int] = frozenset()
+
+
+def json_param(connection: Any, value: Any) -> Any:
+    """Adapt a JSON value for a raw query on this connection."""
+    return connection.ops.adapt_json_value(value, None)
+
+
+def dt_param(connection: Any, value: datetime | None) -> Any:
+    """Adapt an aware datetime for a raw query on this connection."""
+    return connection.ops.adapt_datetimefield_value(value)
+
+
+def window_decision(
+    latest: tuple[str, datetime | None] | None,
+    now: datetime,
+    interval: timedelta,
+    recheck: timedelta,
+) -> datetime | None:
+    """Return None when a fixed-delay job is due now, else when to look again."""
+    if latest is None:
+        return None
+    state, finished_at = latest
+    if state in (RunState.PENDING, RunState.RUNNING) or finished_at is None:
+        return now + min(interval, recheck)
+    due = finished_at + interval
+    return None if due <= now else due
+
+
+class Coordinator:
+    """The operations the node loop needs from the database; subclasses speed up the hot ones."""
+
+    vendor = "orm"
+
+    def __init__(self, alias: str) -> None:
+        self.alias = alias
+
+    @property
+    def connection(self) -> Any:
+        return connections[self.alias]
+
+    # -- claims -------------------------------------------------------------------------------
+
+    def claim(
+        self, claims: Sequence[Claim], node: str, now: datetime, lease_until: datetime
+    ) -> list[Won]:
+        """Insert a run per claim unless one exists; return exactly the claims this node won."""
+        raise NotImplementedError
+
+    def claim_window(
+        self,
+        job_id: int,
+        interval: timedelta,
+        key: str,
+        node: str,
+        now: datetime,
+        lease_until: datetime,
+        recheck: timedelta,
+    ) -> WindowResult:
+        """Claim a fixed-delay run if no run of the job is live or finished within ``interval``."""
+        with transaction.atomic(using=self.alias):
+            self.lock_job(job_id)
+            latest = self._latest(job_id)
+            next_check = window_decision(latest, now, interval, recheck)
+            if next_check is not None:
+                return WindowResult(next_check=next_check)
+            won = self.claim([Claim(job_id, key, now)], node, now, lease_until)
+        return WindowResult(won=won[0] if won else None, next_check=None if won else now + recheck)
+
+    def lock_job(self, job_id: int) -> None:
+        """Serialise window claims of one job until the transaction ends."""
+        jobs = JobDefinition.objects.using(self.alias).filter(pk=job_id)
+        if self.connection.features.has_select_for_update:
+            list(jobs.select_for_update().values_list("pk"))
+        else:  # SQLite and friends: a no-op write takes the database's write lock.
+            jobs.update(enabled=F("enabled"))
+
+    def _latest(self, job_id: int) -> tuple[str, datetime | None] | None:
+        row = (
+            JobRun.objects.using(self.alias)
+            .filter(job_id=job_id)
+            .order_by("-scheduled_at", "-id")
+            .values_list("state", "finished_at")
+            .first()
+        )
+        return row
+
+    # -- write-back ---------------------------------------------------------------------------
+
+    def finish(
+        self,
+        won: Won,
+        node: str,
+        state: str,
+        now: datetime,
+        *,
+        result: Any = None,
+        error: str = "",
+        traceback: str = "",
+    ) -> bool:
+        """Record a run's end if this node still holds its fence; False means fenced out."""
+        with transaction.atomic(using=self.alias):
+            updated = (
+                JobRun.objects.using(self.alias)
+                .filter(pk=won.run_id, fence=won.fence, state=RunState.RUNNING)
+                .update(
+                    state=state,
+                    finished_at=now,
+                    result=result,
+                    error=error,
+                    traceback=traceback,
+                    lease_expires_at=None,
+                )
+            )
+            kind = state if updated else EventKind.FENCED_OUT
+            reason = error.splitlines()[0][:500] if error and updated else ""
+            if not updated:
+                reason = f"completion as {state} rejected: fence {won.fence} is stale"
+            self.record(won.run_id, kind, node, won.fence, reason, now)
+        return bool(updated)
+
+    def record(
+        self, run_id: int, kind: str, node: str, fence: int | None, reason: str, now: datetime
+    ) -> None:
+        """Append one event to a run's timeline."""
+        RunEvent.objects.using(self.alias).create(
+            run_id=run_id, kind=kind, node=node, fence=fence, reason=reason, at=now
+        )
+
+    # -- nodes and heartbeats -----------------------------------------------------------------
+
+    def db_now(self) -> datetime | None:
+        """Return the database server's current time (aware, UTC), None if no node row exists."""
+        nodes = WorkerNode.objects.using(self.alias).annotate(db_now=Now())
+        return nodes.values_list("db_now", flat=True).first()
+
+    def heartbeat(
+        self, node: str, now: datetime, lease_until: datetime, stats: NodeStats
+    ) -> Heartbeat:
+        """Renew the node row and the leases of all its running runs in one transaction."""
+        with transaction.atomic(using=self.alias):
+            WorkerNode.objects.using(self.alias).filter(node_id=node).update(
+                last_heartbeat=now, **stats.fields()
+            )
+            runs = JobRun.objects.using(self.alias).filter(node=node, state=RunState.RUNNING)
+            runs.update(lease_expires_at=lease_until)
+            owned = list(runs.values_list("pk", "cancel_requested"))
+            status = (
+                WorkerNode.objects.using(self.alias)
+                .filter(node_id=node)
+                .values_list("status", flat=True)
+                .first()
+            )
+        return Heartbeat(
+            status or "", frozenset(p for p, _ in owned), frozenset(p for p, c in owned if c)
+        )
+
+    def definitions_version(self) -> tuple[Any, ...]:
+        """Return a cheap fingerprint of the definitions table (changes when any row changes)."""
+        agg = JobDefinition.objects.using(self.alias).aggregate(
+            n=Count("pk"), last=Max("updated_at")
+        )
+        return (agg["n"], agg["last"])
+
+
+def enabled_job_ids(alias: str, job_ids: set[int], now: datetime) -> set[int]:
+    """Return the ids among ``job_ids`` that are enabled and not paused at ``now``."""
+    return set(
+        JobDefinition.objects.using(alias)
+        .filter(pk__in=job_ids, enabled=True)
+        .filter(Q(paused_until__isnull=True) | Q(paused_until__lte=now))
+        .values_list("pk", flat=True)
+    )
+
+
+def is_lock_timeout(exc: BaseException) -> bool:
+    """True for SQLite's "database is locked" after the busy timeout: a lost race, not a crash."""
+    return "database is locked" in str(exc) or "database table is locked" in str(exc)

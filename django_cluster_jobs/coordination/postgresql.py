@@ -1,0 +1,72 @@
+"""PostgreSQL: batch claims and heartbeats in one round trip, advisory locks for window claims."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from ..models import WorkerNode
+from . import sql
+from .base import Claim, Coordinator, Heartbeat, NodeStats, Won, dt_param, json_param
+
+#: First key of the two-int advisory lock space, so ours cannot collide with the application's
+#: single-bigint locks ("CJ" in ASCII).
+ADVISORY_CLASS = 0x434A
+
+
+class PostgreSQLCoordinator(Coordinator):
+    """``INSERT … ON CONFLICT DO NOTHING RETURNING`` and ``pg_advisory_xact_lock``."""
+
+    vendor = "postgresql"
+
+    def claim(
+        self, claims: Sequence[Claim], node: str, now: datetime, lease_until: datetime
+    ) -> list[Won]:
+        if not claims:
+            return []
+        conn = self.connection
+        rows = ", ".join([sql.CLAIM_ROW] * len(claims))
+        params: list[object] = []
+        for c in claims:
+            params += [
+                c.job_id,
+                c.key,
+                c.scheduled_at,
+                c.outcome,
+                c.priority,
+                json_param(conn, c.payload),
+            ]
+        params += [node, lease_until, now, now, now, now, node]
+        with conn.cursor() as cursor:
+            cursor.execute(sql.PG_CLAIM.format(rows=rows), params)
+            return [Won(run_id, job_id, key) for run_id, job_id, key in cursor.fetchall()]
+
+    def lock_job(self, job_id: int) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [ADVISORY_CLASS, job_id])
+
+    def heartbeat(
+        self, node: str, now: datetime, lease_until: datetime, stats: NodeStats
+    ) -> Heartbeat:
+        conn = self.connection
+        query = sql.PG_HEARTBEAT.format(node_table=WorkerNode._meta.db_table)
+        params = [
+            now,
+            stats.clock_offset_ms,
+            stats.claims_won,
+            stats.claims_lost,
+            json_param(conn, stats.skipped),
+            node,
+            lease_until,
+            node,
+        ]
+        with conn.cursor() as cursor:
+            cursor.execute(query, params)
+            rows = cursor.fetchall()
+        owned = [(run_id, cancel) for _, run_id, cancel in rows if run_id is not None]
+        return Heartbeat(
+            rows[0][0] or "", frozenset(r for r, _ in owned), frozenset(r for r, c in owned if c)
+        )
+
+
+__all__ = ["PostgreSQLCoordinator", "dt_param"]

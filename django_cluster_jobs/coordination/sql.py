@@ -1,0 +1,66 @@
+"""Named SQL shared by the PostgreSQL and SQLite fast paths; table names come from model _meta."""
+
+from __future__ import annotations
+
+from ..models import JobDefinition, JobRun, RunEvent
+
+RUN = JobRun._meta.db_table
+JOB = JobDefinition._meta.db_table
+EVENT = RunEvent._meta.db_table
+
+#: One VALUES row of the batch claim: job_id, key, scheduled_at, outcome, priority, payload.
+CLAIM_ROW = "(%s, %s, %s, %s, %s, %s)"
+
+# Batch slot claim. Each VALUES row is one occurrence; the join keeps only enabled, unpaused jobs;
+# the unique (job_id, key) constraint lets exactly one racer insert each row, and RETURNING yields
+# exactly what this node won. Parameters: the rows, then node, lease_until, now, now, now.
+# "WHERE true" keeps SQLite from reading ON CONFLICT as the join's ON.
+CLAIM_INSERT = f"""
+INSERT INTO {RUN} (job_id, key, scheduled_at, due_at, state, outcome, attempt, node,
+                   lease_expires_at, fence, priority, payload, error, traceback, reason,
+                   cancel_requested, created_at, started_at)
+SELECT v.job_id, v.key, v.scheduled_at, v.scheduled_at, 'running', v.outcome, 1, %s,
+       %s, 1, v.priority, v.payload, '', '', '', false, %s, %s
+FROM v
+JOIN {JOB} AS d ON d.id = v.job_id AND d.enabled
+               AND (d.paused_until IS NULL OR d.paused_until <= %s)
+WHERE true
+ON CONFLICT (job_id, key) DO NOTHING
+RETURNING id, job_id, key
+"""
+
+CLAIM_VALUES = "WITH v (job_id, key, scheduled_at, outcome, priority, payload) AS (VALUES {rows})"
+
+# PostgreSQL: the claim and the "claimed" timeline entries in one round trip.
+# Extra parameters after CLAIM_INSERT's: now, node.
+PG_CLAIM = (
+    CLAIM_VALUES
+    + f""",
+ins AS ({CLAIM_INSERT}),
+ev AS (INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
+       SELECT id, %s, 'claimed', %s, 1, '' FROM ins)
+SELECT id, job_id, key FROM ins
+"""
+)
+
+# SQLite: the claim alone; its events follow in the same write transaction.
+SQLITE_CLAIM = CLAIM_VALUES + "\n" + CLAIM_INSERT
+
+CLAIMED_EVENT = f"""
+INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason) VALUES (%s, %s, 'claimed', %s, 1, '')
+"""
+
+# PostgreSQL heartbeat: node row and every lease of its running runs in one round trip.
+# Parameters: last_heartbeat, clock_offset_ms, claims_won, claims_lost, skipped, node,
+# lease_until, node.
+PG_HEARTBEAT = f"""
+WITH n AS (
+    UPDATE {{node_table}} SET last_heartbeat = %s, clock_offset_ms = %s, claims_won = %s,
+                             claims_lost = %s, skipped = %s
+    WHERE node_id = %s RETURNING status
+), r AS (
+    UPDATE {RUN} SET lease_expires_at = %s WHERE node = %s AND state = 'running'
+    RETURNING id, cancel_requested
+)
+SELECT (SELECT status FROM n), r.id, r.cancel_requested FROM (SELECT 1) AS one LEFT JOIN r ON true
+"""

@@ -1,0 +1,27 @@
+"""Cluster time: this node's clock plus its offset to the database's clock (from heartbeats)."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime, timedelta
+
+
+class Clock:
+    """The node's view of cluster time; ``skew`` lets tests make a node's own clock wrong."""
+
+    def __init__(self, skew: timedelta = timedelta(0)) -> None:
+        self.skew = skew
+        #: Database clock minus local clock, measured by :meth:`observe`.
+        self.offset = timedelta(0)
+
+    def local(self) -> datetime:
+        """Return this machine's (possibly skewed) wall-clock time."""
+        return datetime.fromtimestamp(time.time(), UTC) + self.skew
+
+    def now(self) -> datetime:
+        """Return cluster time: local time corrected by the measured database offset."""
+        return self.local() + self.offset
+
+    def observe(self, sent: datetime, db_time: datetime, received: datetime) -> None:
+        """Record the offset from one round trip, assuming the server answered half-way."""
+        self.offset = db_time - (sent + (received - sent) / 2)

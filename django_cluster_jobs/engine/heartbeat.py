@@ -1,0 +1,91 @@
+"""The heartbeat thread: clock offset, node row, run leases, definition changes, drain requests."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from django.db import DatabaseError, connections
+
+from ..conf import app_settings
+from ..models import NodeStatus
+from .executor import release_broken_connections
+
+if TYPE_CHECKING:
+    from .node import Node
+
+logger = logging.getLogger(__name__)
+
+#: A measured offset larger than this is logged as a warning (the node still fires on time).
+SKEW_WARNING = timedelta(seconds=1)
+
+
+class HeartbeatThread(threading.Thread):
+    """Beats every HEARTBEAT_INTERVAL seconds until stopped; a failed beat is logged, not fatal."""
+
+    def __init__(self, node: Node) -> None:
+        super().__init__(name=f"cluster-jobs-heartbeat-{node.node_id}", daemon=True)
+        self.node = node
+        self._halt = threading.Event()
+        self._version: Any = None
+        self.hooks: list[Any] = []
+
+    def run(self) -> None:
+        try:
+            while not self._halt.wait(app_settings.HEARTBEAT_INTERVAL):
+                self.beat()
+        finally:
+            connections.close_all()
+
+    def stop(self) -> None:
+        self._halt.set()
+        if self.is_alive():
+            self.join(timeout=app_settings.HEARTBEAT_INTERVAL + 5)
+
+    def beat(self) -> None:
+        """Measure the clock offset, renew the node and its leases, notice what changed."""
+        try:
+            self._measure()
+            self._renew()
+            self._watch_definitions()
+            for hook in self.hooks:
+                hook()
+        except DatabaseError as exc:
+            logger.warning(
+                "heartbeat of %s failed: %s", self.node.node_id, exc, extra=self.node.log_extra
+            )
+            release_broken_connections()
+
+    def _measure(self) -> None:
+        clock = self.node.clock
+        sent = clock.local()
+        db_time = self.node.coordinator.db_now()
+        if db_time is not None:
+            clock.observe(sent, db_time, clock.local())
+            if abs(clock.offset) > SKEW_WARNING:
+                logger.warning(
+                    "node %s clock differs from the database's by %.3fs; using the database's",
+                    self.node.node_id,
+                    clock.offset.total_seconds(),
+                    extra=self.node.log_extra,
+                )
+
+    def _renew(self) -> None:
+        node = self.node
+        now = node.clock.now()
+        lease_until = now + timedelta(seconds=app_settings.LEASE_TTL)
+        offset_ms = node.clock.offset.total_seconds() * 1000
+        beat = node.coordinator.heartbeat(
+            node.node_id, now, lease_until, node.counters.snapshot(offset_ms)
+        )
+        if beat.status == NodeStatus.DRAINING and not node.stopping:
+            node.request_stop(reason="drain requested")
+
+    def _watch_definitions(self) -> None:
+        version = self.node.coordinator.definitions_version()
+        if self._version is not None and version != self._version:
+            logger.info("job definitions changed; re-planning", extra=self.node.log_extra)
+            self.node.request_reload()
+        self._version = version

@@ -1,0 +1,78 @@
+"""``manage.py runscheduler``: run this process as one scheduler node of the cluster."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+from typing import Any
+
+from django.core.management.base import BaseCommand
+
+from ...engine import Node
+
+
+def positive_int(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, got {value}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    value = float(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def tag_set(text: str) -> frozenset[str]:
+    return frozenset(t.strip() for t in text.split(",") if t.strip())
+
+
+LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
+
+
+def configure_logging(verbosity: int, node_id: str) -> None:
+    """Log the scheduler's decisions to stderr at the level --verbosity asks for."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(
+        logging.Formatter(f"%(asctime)s [{node_id}] %(levelname)s %(message)s", datefmt="%H:%M:%S")
+    )
+    root = logging.getLogger("django_cluster_jobs")
+    root.handlers[:] = [handler]
+    root.setLevel(LEVELS.get(verbosity, logging.DEBUG))
+    root.propagate = False
+
+
+class Command(BaseCommand):
+    help = "Run a scheduler node: claim due occurrences through the database and run what it wins."
+
+    def add_arguments(self, parser: argparse.ArgumentParser) -> None:
+        parser.add_argument(
+            "--node-id",
+            help="This node's id (default: CLUSTER_JOBS['NODE_ID'], "
+            "else pod or host name and pid).",
+        )
+        parser.add_argument("--threads", type=positive_int, help="Executor threads.")
+        parser.add_argument("--tags", type=tag_set, help="Comma-separated node tags.")
+        parser.add_argument(
+            "--max-ticks", type=positive_int, help="Stop after this many loop iterations (tests)."
+        )
+        parser.add_argument(
+            "--duration", type=non_negative_float, help="Stop gracefully after this many seconds."
+        )
+        parser.add_argument(
+            "--once",
+            action="store_true",
+            help="Start, fire startup jobs and what is due now, then stop.",
+        )
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        node = Node(options["node_id"], threads=options["threads"], tags=options["tags"])
+        configure_logging(options["verbosity"], node.node_id)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: node.request_stop(reason="signal"))
+        max_ticks = 1 if options["once"] else options["max_ticks"]
+        node.run(max_ticks=max_ticks, duration=options["duration"])

@@ -1,0 +1,77 @@
+"""Settings of the test suite: the database comes from DATABASE_URL (default: an SQLite file)."""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent
+env = environ.Env()
+
+SECRET_KEY = "tests-only-not-secret"
+DEBUG = False
+USE_TZ = True
+TIME_ZONE = "UTC"
+ALLOWED_HOSTS = ["*"]
+ROOT_URLCONF = "tests.urls"
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_cluster_jobs",
+    "tests",
+]
+
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+
+# The pytest run creates test_<name>; scheduler subprocesses started by the tests get the
+# test database's own URL in DATABASE_URL and CLUSTER_JOBS_TEST_CHILD=1, so they use it as is.
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'tests.sqlite3'}")}
+_db = DATABASES["default"]
+if _db["ENGINE"].endswith("sqlite3"):
+    _db["OPTIONS"] = {
+        "timeout": 20,
+        "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+        "transaction_mode": "IMMEDIATE",
+    }
+    _db["TEST"] = {"NAME": str(BASE_DIR / "test_tests.sqlite3")}
+
+CLUSTER_JOBS = {
+    "HEARTBEAT_INTERVAL": env.float("CLUSTER_JOBS_HEARTBEAT", default=0.5),
+    "LEASE_TTL": env.float("CLUSTER_JOBS_LEASE_TTL", default=3.0),
+    "GRACE_PERIOD": env.float("CLUSTER_JOBS_GRACE", default=5.0),
+    "LEADER_TTL": env.float("CLUSTER_JOBS_LEADER_TTL", default=2.0),
+    "DEAD_AFTER": env.float("CLUSTER_JOBS_DEAD_AFTER", default=4.0),
+    "COORDINATION": env.str("CLUSTER_JOBS_COORDINATION", default="auto"),
+    "EXECUTOR_THREADS": 4,
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "loggers": {"django_cluster_jobs": {"handlers": ["console"], "level": "WARNING"}},
+}
