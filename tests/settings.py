@@ -57,7 +57,8 @@ if _db["ENGINE"].endswith("sqlite3"):
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         "transaction_mode": "IMMEDIATE",
     }
-    _db["TEST"] = {"NAME": str(BASE_DIR / "test_tests.sqlite3")}
+    _name = Path(_db["NAME"])
+    _db["TEST"] = {"NAME": str(_name.with_name(f"test_{_name.name}"))}
 
 CLUSTER_JOBS = {
     "HEARTBEAT_INTERVAL": env.float("CLUSTER_JOBS_HEARTBEAT", default=0.5),

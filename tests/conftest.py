@@ -1,0 +1,116 @@
+"""Shared fixtures: coordinators for every path, and real scheduler subprocesses with deadlines."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+from django.db import connection
+
+from django_cluster_jobs.coordination import get_coordinator
+
+ROOT = Path(__file__).resolve().parent.parent
+#: Hard deadline of any one scheduler subprocess started by a test.
+PROCESS_DEADLINE = 60.0
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    return f"cluster-jobs database: {connection.vendor} ({connection.settings_dict['NAME']})"
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if connection.vendor == "postgresql":
+        return
+    skip = pytest.mark.skip(reason=f"needs PostgreSQL; this run uses {connection.vendor}")
+    for item in items:
+        if "postgresql" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture(params=["native", "orm"])
+def coordinator(request: pytest.FixtureRequest):
+    """The vendor's fast path and the portable ORM path: both must pass the same contract."""
+    return get_coordinator(kind="auto" if request.param == "native" else "orm")
+
+
+def database_url() -> str:
+    """The URL of the database the tests use (the test database, not the configured one)."""
+    s = connection.settings_dict
+    if connection.vendor == "sqlite":
+        return f"sqlite:///{s['NAME']}"
+    user = s.get("USER") or ""
+    password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
+    host = s.get("HOST") or "127.0.0.1"
+    port = f":{s['PORT']}" if s.get("PORT") else ""
+    return f"postgres://{user}{password}@{host}{port}/{s['NAME']}"
+
+
+class Scheduler:
+    """A real ``manage.py runscheduler`` subprocess on the test database."""
+
+    def __init__(self, node_id: str, args: list[str], env: dict[str, str], log: Path) -> None:
+        self.node_id, self.log = node_id, log
+        self._out = log.open("wb")
+        cmd = [sys.executable, "-m", "django", "runscheduler", "--node-id", node_id, *args]
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._out,
+                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.deadline = time.monotonic() + PROCESS_DEADLINE
+
+    def signal(self, signum: int) -> None:
+        if self.proc.poll() is None:
+            os.kill(self.proc.pid, signum)
+
+    def wait(self, timeout: float) -> int:
+        """Wait for the process to exit; kill it and fail if it outlives ``timeout``."""
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            pytest.fail(f"scheduler {self.node_id} did not exit within {timeout}s:\n{self.output()}")
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def output(self) -> str:
+        self._out.flush()
+        return self.log.read_text(errors="replace")
+
+    def close(self) -> None:
+        self.kill()
+        self._out.close()
+
+
+@pytest.fixture
+def start_scheduler(tmp_path: Path) -> Iterator[Callable[..., Scheduler]]:
+    """Start scheduler subprocesses; every one is killed at teardown, whatever happened."""
+    started: list[Scheduler] = []
+
+    def start(node_id: str, *args: str, jobs: str = "", **env: str) -> Scheduler:
+        child_env = {**os.environ, "DATABASE_URL": database_url(),
+                     "DJANGO_SETTINGS_MODULE": "tests.settings", "CLUSTER_JOBS_TEST_JOBS": jobs,
+                     "PYTHONPATH": str(ROOT), **env}
+        proc = Scheduler(node_id, list(args), child_env, tmp_path / f"{node_id}.log")
+        started.append(proc)
+        return proc
+
+    yield start
+    for proc in started:
+        proc.close()
+
+
+def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.05) -> object:
+    """Poll ``predicate`` until it is truthy; fail the test when ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if value := predicate():
+            return value
+        time.sleep(interval)
+    pytest.fail(f"condition not met within {timeout}s")
