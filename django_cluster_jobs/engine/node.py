@@ -79,8 +79,10 @@ class Node:
     def run(self, *, max_ticks: int | None = None, duration: float | None = None) -> None:
         """Start, loop until stopped (or ``max_ticks`` / ``duration``), then drain and stop."""
         self.start()
+        timer = threading.Timer(duration or 0, self.request_stop, kwargs={"reason": "duration"})
+        timer.daemon = True
         if duration is not None:
-            threading.Timer(duration, self.request_stop, kwargs={"reason": "duration"}).start()
+            timer.start()
         try:
             while not self._stopping.is_set():
                 self.tick()
@@ -88,6 +90,7 @@ class Node:
                     break
                 self._sleep()
         finally:
+            timer.cancel()
             self.stop()
 
     def start(self) -> None:

@@ -1,0 +1,250 @@
+"""The claim contract, run identically against the vendor fast path and the portable ORM path."""
+
+from __future__ import annotations
+
+import multiprocessing
+import threading
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connections
+
+from django_cluster_jobs.coordination import Claim, Won
+from django_cluster_jobs.models import EventKind, JobRun, RunEvent, RunState
+from tests.conftest import database_url
+from tests.factories import JobDefinitionFactory, RunningRunFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOW = datetime(2026, 5, 28, 9, 0, tzinfo=UTC)
+LEASE = NOW + timedelta(seconds=30)
+
+
+def claims_for(job_id: int, count: int, start: int = 0) -> list[Claim]:
+    return [
+        Claim(job_id, f"2026-05-28T09:00:{i:02d}Z", NOW + timedelta(seconds=i))
+        for i in range(start, start + count)
+    ]
+
+
+def test_batch_claim_returns_exactly_what_this_node_won(coordinator):
+    job = JobDefinitionFactory()
+    first = coordinator.claim(claims_for(job.pk, 3), "a", NOW, LEASE)
+    second = coordinator.claim(claims_for(job.pk, 3, start=1), "b", NOW, LEASE)
+    assert sorted(w.key for w in first) == [f"2026-05-28T09:00:0{i}Z" for i in range(3)]
+    assert [w.key for w in second] == ["2026-05-28T09:00:03Z"]
+    rows = JobRun.objects.order_by("key").values_list("key", "node", "state", "fence")
+    assert [r[1] for r in rows] == ["a", "a", "a", "b"]
+    assert {r[2] for r in rows} == {RunState.RUNNING} and {r[3] for r in rows} == {1}
+
+
+def test_winner_holds_a_lease_and_a_claimed_event(coordinator):
+    job = JobDefinitionFactory()
+    [won] = coordinator.claim(claims_for(job.pk, 1), "a", NOW, LEASE)
+    run = JobRun.objects.get(pk=won.run_id)
+    assert (run.node, run.lease_expires_at, run.started_at) == ("a", LEASE, NOW)
+    assert list(run.events.values_list("kind", "node", "fence")) == [(EventKind.CLAIMED, "a", 1)]
+
+
+def test_disabled_and_paused_jobs_are_never_claimed(coordinator):
+    disabled = JobDefinitionFactory(enabled=False)
+    paused = JobDefinitionFactory(paused_until=NOW + timedelta(minutes=5))
+    resumed = JobDefinitionFactory(paused_until=NOW - timedelta(minutes=5))
+    claims = [*claims_for(disabled.pk, 1), *claims_for(paused.pk, 1), *claims_for(resumed.pk, 1)]
+    won = coordinator.claim(claims, "a", NOW, LEASE)
+    assert [w.job_id for w in won] == [resumed.pk]
+
+
+def test_empty_batch_is_a_no_op(coordinator):
+    assert coordinator.claim([], "a", NOW, LEASE) == []
+
+
+def test_payload_and_outcome_are_stored(coordinator):
+    job = JobDefinitionFactory()
+    claim = Claim(job.pk, "k", NOW, outcome="every_node", priority=7, payload={"x": [1, "y"]})
+    [won] = coordinator.claim([claim], "a", NOW, LEASE)
+    run = JobRun.objects.get(pk=won.run_id)
+    assert (run.outcome, run.priority, run.payload) == ("every_node", 7, {"x": [1, "y"]})
+
+
+def race_threads(coordinator, claims: list[Claim], racers: int) -> list[list[Won]]:
+    """Let ``racers`` threads, each on its own connection, claim the same batch at once."""
+    barrier = threading.Barrier(racers, timeout=30)
+    results: list[list[Won]] = [[] for _ in range(racers)]
+
+    def racer(i: int) -> None:
+        try:
+            connections["default"].ensure_connection()
+            barrier.wait()
+            results[i] = coordinator.claim(claims, f"node-{i}", NOW, LEASE)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=racer, args=(i,)) for i in range(racers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads), "a claimer thread hung"
+    return results
+
+
+def test_concurrent_threads_get_exactly_one_winner_per_occurrence(coordinator):
+    job = JobDefinitionFactory()
+    claims = claims_for(job.pk, 40)
+    results = race_threads(coordinator, claims, racers=4)
+    wins = Counter(w.key for won in results for w in won)
+    assert sorted(wins) == sorted(c.key for c in claims)
+    assert set(wins.values()) == {1}
+    assert JobRun.objects.count() == 40
+    for i, won in enumerate(results):
+        assert JobRun.objects.filter(node=f"node-{i}").count() == len(won)
+
+
+def test_concurrent_processes_get_exactly_one_winner_per_occurrence(coordinator, monkeypatch):
+    job = JobDefinitionFactory()
+    keys = [c.key for c in claims_for(job.pk, 40)]
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    ctx = multiprocessing.get_context("spawn")
+    start, out = ctx.Event(), ctx.Queue()
+    kind = "orm" if coordinator.vendor == "orm" else "auto"
+    from tests.claimers import claim_in_process
+
+    procs = [
+        ctx.Process(target=claim_in_process, args=(kind, job.pk, keys, f"p{i}", start, out))
+        for i in range(3)
+    ]
+    for p in procs:
+        p.start()
+    start.set()
+    results = dict(out.get(timeout=60) for _ in procs)
+    for p in procs:
+        p.join(timeout=30)
+        assert p.exitcode == 0
+    wins = Counter(key for won in results.values() for key in won)
+    assert sorted(wins) == sorted(keys) and set(wins.values()) == {1}
+    for node, won in results.items():
+        assert sorted(JobRun.objects.filter(node=node).values_list("key", flat=True)) == won
+
+
+def test_window_claim_serialises_racers(coordinator):
+    job = JobDefinitionFactory(schedule_kind="delay", interval=timedelta(minutes=1))
+    barrier = threading.Barrier(4, timeout=30)
+    results = []
+
+    def racer(i: int) -> None:
+        try:
+            connections["default"].ensure_connection()
+            barrier.wait()
+            results.append(
+                coordinator.claim_window(
+                    job.pk,
+                    timedelta(minutes=1),
+                    f"k{i}",
+                    f"node-{i}",
+                    NOW,
+                    LEASE,
+                    timedelta(seconds=5),
+                )
+            )
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=racer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sum(r.won is not None for r in results) == 1
+    assert JobRun.objects.filter(job=job).count() == 1
+
+
+def test_window_claim_is_due_one_interval_after_the_last_finish(coordinator):
+    job = JobDefinitionFactory(schedule_kind="delay", interval=timedelta(minutes=1))
+    RunningRunFactory(
+        job=job,
+        key="old",
+        state=RunState.SUCCEEDED,
+        scheduled_at=NOW - timedelta(minutes=3),
+        finished_at=NOW - timedelta(seconds=30),
+    )
+    early = coordinator.claim_window(
+        job.pk, timedelta(minutes=1), "k1", "a", NOW, LEASE, timedelta(seconds=5)
+    )
+    assert early.won is None and early.next_check == NOW + timedelta(seconds=30)
+    later = NOW + timedelta(seconds=31)
+    on_time = coordinator.claim_window(
+        job.pk,
+        timedelta(minutes=1),
+        "k2",
+        "a",
+        later,
+        later + timedelta(seconds=30),
+        timedelta(seconds=5),
+    )
+    assert on_time.won is not None and on_time.won.key == "k2"
+
+
+def test_window_claim_waits_while_a_run_is_live(coordinator):
+    job = JobDefinitionFactory(schedule_kind="delay", interval=timedelta(minutes=1))
+    RunningRunFactory(job=job, key="live", scheduled_at=NOW - timedelta(hours=1))
+    result = coordinator.claim_window(
+        job.pk, timedelta(minutes=1), "k", "a", NOW, LEASE, timedelta(seconds=5)
+    )
+    assert result.won is None and result.next_check == NOW + timedelta(seconds=5)
+
+
+def test_finish_with_the_current_fence_records_the_outcome(coordinator):
+    job = JobDefinitionFactory()
+    [won] = coordinator.claim(claims_for(job.pk, 1), "a", NOW, LEASE)
+    assert coordinator.finish(won, "a", RunState.SUCCEEDED, NOW, result={"ok": 1})
+    run = JobRun.objects.get(pk=won.run_id)
+    assert (run.state, run.result, run.finished_at, run.lease_expires_at) == (
+        RunState.SUCCEEDED,
+        {"ok": 1},
+        NOW,
+        None,
+    )
+    assert run.events.last().kind == EventKind.SUCCEEDED
+
+
+def test_finish_with_a_stale_fence_is_fenced_out(coordinator):
+    job = JobDefinitionFactory()
+    [won] = coordinator.claim(claims_for(job.pk, 1), "a", NOW, LEASE)
+    JobRun.objects.filter(pk=won.run_id).update(fence=2, node="b")
+    assert not coordinator.finish(won, "a", RunState.FAILED, NOW, error="late")
+    run = JobRun.objects.get(pk=won.run_id)
+    assert (run.state, run.error) == (RunState.RUNNING, "")
+    event = RunEvent.objects.filter(run_id=won.run_id).last()
+    assert (event.kind, event.node, event.fence) == (EventKind.FENCED_OUT, "a", 1)
+
+
+def test_heartbeat_renews_only_this_nodes_running_leases(coordinator):
+    from django_cluster_jobs.coordination import NodeStats
+    from tests.factories import WorkerNodeFactory
+
+    WorkerNodeFactory(node_id="a")
+    mine = RunningRunFactory(node="a")
+    theirs = RunningRunFactory(node="b", lease_expires_at=LEASE)
+    done = RunningRunFactory(node="a", state=RunState.SUCCEEDED, lease_expires_at=LEASE)
+    later = LEASE + timedelta(minutes=1)
+    beat = coordinator.heartbeat("a", NOW, later, NodeStats(1.5, 3, 2, {"claimed_elsewhere": 2}))
+    assert beat.owned_runs == {mine.pk} and beat.status == "active"
+    values = dict(JobRun.objects.values_list("pk", "lease_expires_at"))
+    assert values == {mine.pk: later, theirs.pk: LEASE, done.pk: LEASE}
+    from django_cluster_jobs.models import WorkerNode
+
+    node = WorkerNode.objects.get(node_id="a")
+    assert (node.last_heartbeat, node.claims_won, node.skipped) == (
+        NOW,
+        3,
+        {"claimed_elsewhere": 2},
+    )
+
+
+def test_db_now_is_the_database_clock(coordinator):
+    from tests.factories import WorkerNodeFactory
+
+    WorkerNodeFactory()
+    assert abs(coordinator.db_now() - datetime.now(UTC)) < timedelta(seconds=2)

@@ -1,0 +1,101 @@
+"""The node loop in process: fail-closed claims, batch sizes, capacity, startup jobs."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from datetime import timedelta
+
+import pytest
+from django.db import OperationalError
+
+from django_cluster_jobs.coordination import get_coordinator
+from django_cluster_jobs.engine import Node
+from django_cluster_jobs.models import JobDefinition, JobRun, RunState
+from tests.conftest import wait_until
+from tests.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+class FlakyCoordinator:
+    """Delegates to a real coordinator; ``claim`` raises while ``down`` is set."""
+
+    def __init__(self) -> None:
+        self.real = get_coordinator()
+        self.down = False
+
+    def __getattr__(self, name: str):
+        return getattr(self.real, name)
+
+    def claim(self, *args, **kwargs):
+        if self.down:
+            raise OperationalError("could not connect to server: Connection refused")
+        return self.real.claim(*args, **kwargs)
+
+
+@pytest.fixture
+def node():
+    coordinator = FlakyCoordinator()
+    node = Node("in-process", coordinator=coordinator, threads=2)
+    node.start()
+    JobDefinition.objects.filter(name="tests.every_second").update(enabled=True)
+    node.reload()
+    yield node
+    node.stop()
+
+
+def fire(node: Node, name: str) -> None:
+    """Make ``name`` due now and run one tick."""
+    node.planner.clear()
+    node.planner.push(node.clock.now().replace(microsecond=0), name)
+    node.tick()
+
+
+def test_a_failed_claim_skips_the_occurrence_and_the_loop_survives(node, caplog):
+    node.coordinator.down = True
+    with caplog.at_level(logging.WARNING, logger="django_cluster_jobs"):
+        fire(node, "tests.every_second")
+    assert not JobRun.objects.exists()
+    assert node.counters.skipped["claim_failed"] == 1
+    [record] = [r for r in caplog.records if "fail-closed" in r.getMessage()]
+    assert "tests.every_second @ " in record.getMessage() and record.job == "tests.every_second"
+
+    node.coordinator.down = False
+    fire(node, "tests.every_second")
+    wait_until(lambda: JobRun.objects.filter(state=RunState.SUCCEEDED).exists(), timeout=10)
+    assert Effect.objects.count() == 1
+
+
+def test_a_full_executor_skips_instead_of_claiming(node):
+    blockers = [threading.Event() for _ in range(2)]
+    for event in blockers:
+        assert node.executor.submit(lambda e=event: e.wait(10))
+    try:
+        fire(node, "tests.every_second")
+        assert not JobRun.objects.exists()
+        assert node.counters.skipped["node_busy"] == 1
+    finally:
+        for event in blockers:
+            event.set()
+
+
+def test_a_disabled_job_is_skipped_with_its_reason(node):
+    JobDefinition.objects.filter(name="tests.every_second").update(enabled=False)
+    node.reload()
+    fire(node, "tests.every_second")
+    assert not JobRun.objects.exists()
+    assert node.counters.skipped["disabled"] == 1
+
+
+def test_handler_failure_is_recorded_with_traceback(node):
+    JobDefinition.objects.filter(name="tests.boom").update(
+        schedule_kind="every", interval=timedelta(seconds=1)
+    )
+    node.reload()
+    fire(node, "tests.boom")
+    run = wait_until(
+        lambda: JobRun.objects.filter(job__name="tests.boom", state=RunState.FAILED).first(),
+        timeout=10,
+    )
+    assert run.error == "RuntimeError: boom" and "Traceback" in run.traceback
