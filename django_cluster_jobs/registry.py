@@ -91,8 +91,16 @@ class Job:
         return self.func(**payload)
 
 
+def _signature(func: Callable[..., Any]) -> inspect.Signature:
+    # Resolve string annotations (``from __future__ import annotations``) when they can be.
+    try:
+        return inspect.signature(func, eval_str=True)
+    except Exception:
+        return inspect.signature(func)
+
+
 def _wants_context(func: Callable[..., Any]) -> bool:
-    params = list(inspect.signature(func).parameters.values())
+    params = list(_signature(func).parameters.values())
     if not params or params[0].kind not in (
         params[0].POSITIONAL_ONLY,
         params[0].POSITIONAL_OR_KEYWORD,
@@ -162,7 +170,7 @@ def _schedule_from(job_name: str, **given: Any) -> schedules.Schedule:
                 job_name, "schedule", given["schedule"], "pass a Schedule object"
             )
         return given["schedule"]
-    if given["cron"]:
+    if given["cron"] is not None:
         return schedules.Cron(given["cron"], given["tz"] or "UTC")
     if given["every"] is not None:
         return schedules.Every(given["every"])
@@ -179,11 +187,13 @@ def _check_choice(job_name: str, field_name: str, value: str, choices: tuple[str
 def _check_payload(job_name: str, payload: dict) -> dict:
     if not isinstance(payload, dict):
         raise InvalidPayload(job_name, TypeError("the payload must be a dict of keyword arguments"))
+    if not all(isinstance(key, str) for key in payload):
+        raise InvalidPayload(job_name, TypeError("its keys must be str, they become keyword names"))
     try:
         json.dumps(payload, allow_nan=False)
     except (TypeError, ValueError) as exc:
         raise InvalidPayload(job_name, exc) from exc
-    return payload
+    return dict(payload)
 
 
 def _build(func: Callable[..., Any], options: dict[str, Any]) -> Job:
@@ -202,9 +212,11 @@ def _build(func: Callable[..., Any], options: dict[str, Any]) -> Job:
         ("misfire", MISFIRES),
     ):
         _check_choice(name, field_name, options[field_name], choices)
-    if options["max_attempts"] < 1:
-        raise ImproperlyDeclared(name, "max_attempts", options["max_attempts"], "use 1 or more")
-    options["payload"] = _check_payload(name, dict(options["payload"] or {}))
+    attempts = options["max_attempts"]
+    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
+        raise ImproperlyDeclared(name, "max_attempts", attempts, "use a whole number, 1 or more")
+    payload = options["payload"]
+    options["payload"] = _check_payload(name, {} if payload is None else payload)
     options["requires"] = frozenset(options["requires"] or ())
     options["backoff"] = dict(options["backoff"] or {})
     return Job(name=name, func=func, schedule=schedule, **options)

@@ -17,20 +17,22 @@ from datetime import UTC, datetime, timedelta
 from typing import ClassVar
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from croniter import croniter
+from croniter import CroniterBadDateError, croniter
 
 from .exceptions import ImproperlyDeclared
 
 #: Upper bound of croniter steps while resolving one occurrence across a DST fold.
 _MAX_STEPS = 100_000
+#: How far back to look for a spring-forward transition (longer than any real DST gap).
+_LOOKBACK = timedelta(days=1)
 
 
 def occurrence_key(at: datetime) -> str:
     """Return the deterministic key of the occurrence at ``at`` (UTC, second or ms precision)."""
-    at = at.astimezone(UTC)
+    at = _utc(at)
     text = at.strftime("%Y-%m-%dT%H:%M:%S")
-    if at.microsecond:
-        text += f".{at.microsecond // 1000:03d}"
+    if millis := at.microsecond // 1000:
+        text += f".{millis:03d}"
     return text + "Z"
 
 
@@ -43,7 +45,7 @@ def _utc(at: datetime) -> datetime:
 def _zone(tz: str) -> ZoneInfo:
     try:
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
         raise ImproperlyDeclared(
             "?", "tz", tz, "not an IANA time zone name; use one such as 'UTC' or 'Europe/Paris'"
         ) from exc
@@ -52,6 +54,20 @@ def _zone(tz: str) -> ZoneInfo:
 def _resolve(wall: datetime, zone: ZoneInfo) -> datetime:
     """Map a naive local wall time to UTC by the documented DST rule (fold=0 in both cases)."""
     return wall.replace(tzinfo=zone, fold=0).astimezone(UTC)
+
+
+def _search_start(after: datetime, zone: ZoneInfo) -> datetime:
+    """Return the naive wall time from which to look for the first occurrence after ``after``.
+
+    Just after a spring-forward, a skipped wall time (02:30) fires later than it reads (03:30), so
+    the search starts one gap earlier than ``after``'s own wall time, or it would miss it.
+    """
+    local = after.astimezone(zone)
+    wall = local.replace(tzinfo=None)
+    gap = local.utcoffset() - (after - _LOOKBACK).astimezone(zone).utcoffset()
+    if gap > timedelta(0) and (after - gap).astimezone(zone).utcoffset() != local.utcoffset():
+        return wall - gap
+    return wall
 
 
 class Schedule:
@@ -121,6 +137,15 @@ class Cron(Schedule):
                 "not a valid cron expression (check ranges, steps and names, "
                 "e.g. '*/15 9-17 * * mon-fri')",
             )
+        try:
+            self._iter(datetime(2000, 1, 1)).get_next(datetime)
+        except CroniterBadDateError:
+            raise ImproperlyDeclared(
+                "?",
+                "cron",
+                self.expr,
+                "this expression never fires (a day that its months do not have, e.g. 30 2)",
+            ) from None
         object.__setattr__(self, "_zone", _zone(self.tz))
 
     @property
@@ -132,7 +157,7 @@ class Cron(Schedule):
 
     def next_after(self, after: datetime) -> datetime | None:
         after = _utc(after)
-        steps = self._iter(after.astimezone(self._zone).replace(tzinfo=None))
+        steps = self._iter(_search_start(after, self._zone))
         for _ in range(_MAX_STEPS):
             candidate = _resolve(steps.get_next(datetime), self._zone)
             if candidate > after:
@@ -170,6 +195,8 @@ class Every(Schedule):
     def __post_init__(self) -> None:
         _check_interval("every", self.interval)
         if self.anchor is not None:
+            if not isinstance(self.anchor, datetime) or self.anchor.tzinfo is None:
+                raise ImproperlyDeclared("?", "anchor", self.anchor, "pass an aware datetime")
             object.__setattr__(self, "anchor", _utc(self.anchor))
 
     def _anchor(self) -> datetime:

@@ -58,8 +58,14 @@ class Scheduler:
         self.node_id, self.log = node_id, log
         self._out = log.open("wb")
         cmd = [sys.executable, "-m", "django", "runscheduler", "--node-id", node_id, *args]
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=self._out,
-                                     stderr=subprocess.STDOUT, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            cwd=ROOT,
+            env=env,
+            stdout=self._out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         self.deadline = time.monotonic() + PROCESS_DEADLINE
 
     def signal(self, signum: int) -> None:
@@ -72,7 +78,9 @@ class Scheduler:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
-            pytest.fail(f"scheduler {self.node_id} did not exit within {timeout}s:\n{self.output()}")
+            pytest.fail(
+                f"scheduler {self.node_id} did not exit within {timeout}s:\n{self.output()}"
+            )
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -94,9 +102,14 @@ def start_scheduler(tmp_path: Path) -> Iterator[Callable[..., Scheduler]]:
     started: list[Scheduler] = []
 
     def start(node_id: str, *args: str, jobs: str = "", **env: str) -> Scheduler:
-        child_env = {**os.environ, "DATABASE_URL": database_url(),
-                     "DJANGO_SETTINGS_MODULE": "tests.settings", "CLUSTER_JOBS_TEST_JOBS": jobs,
-                     "PYTHONPATH": str(ROOT), **env}
+        child_env = {
+            **os.environ,
+            "DATABASE_URL": database_url(),
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "CLUSTER_JOBS_TEST_JOBS": jobs,
+            "PYTHONPATH": str(ROOT),
+            **env,
+        }
         proc = Scheduler(node_id, list(args), child_env, tmp_path / f"{node_id}.log")
         started.append(proc)
         return proc

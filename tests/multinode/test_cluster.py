@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import signal
 import time
 from datetime import timedelta
@@ -23,7 +24,7 @@ def seconds(job: str) -> list:
 
 
 def assert_contiguous(instants: list, step: timedelta) -> None:
-    gaps = [(a, b) for a, b in zip(instants, instants[1:], strict=False) if b - a != step]
+    gaps = [(a, b) for a, b in itertools.pairwise(instants) if b - a != step]
     assert not gaps, f"missed or doubled occurrences between {gaps}"
 
 
@@ -66,7 +67,7 @@ def seconds_on(node_id: str) -> list:
 def assert_fixed_delay_windows(job: str, delay: timedelta) -> None:
     runs = list(JobRun.objects.filter(job__name=job).order_by("started_at"))
     assert len(runs) >= 2
-    for previous, following in zip(runs, runs[1:], strict=False):
+    for previous, following in itertools.pairwise(runs):
         # Cluster time comes from one database clock; allow its measurement error.
         assert following.started_at >= previous.finished_at + delay - timedelta(milliseconds=50)
 
