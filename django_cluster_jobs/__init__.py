@@ -8,9 +8,12 @@ from .exceptions import (
     DuplicateJob,
     ImproperlyDeclared,
     InvalidPayload,
+    LockLost,
+    LockNotAcquired,
     RegistryNotReady,
     UnknownJob,
 )
+from .locks import LockHandle, cluster_lock
 from .registry import Job, job, registry
 from .schedules import Cron, Delay, Every, OnDemand, Startup
 
@@ -28,12 +31,16 @@ __all__ = [
     "ImproperlyDeclared",
     "InvalidPayload",
     "Job",
+    "LockHandle",
+    "LockLost",
+    "LockNotAcquired",
     "OnDemand",
     "RegistryNotReady",
     "RunContext",
     "Startup",
     "UnknownJob",
     "__version__",
+    "cluster_lock",
     "job",
     "registry",
 ]

@@ -42,6 +42,8 @@ class Defaults:
     LEADER_TTL: float = 15.0
     #: Days of finished runs kept in the ledger.
     RETENTION_DAYS: float = 14.0
+    #: Dotted path of a Clock class to use instead of the system clock (tests inject skew).
+    CLOCK: str | None = None
     #: Anchor of every fixed-rate grid, identical on every node.
     EPOCH: datetime = datetime(1970, 1, 1, tzinfo=UTC)
 

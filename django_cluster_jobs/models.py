@@ -287,3 +287,30 @@ class Lease(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class ClusterEventKind(models.TextChoices):
+    LEADER_ACQUIRED = "leader_acquired", _("became leader")
+    LEADER_LOST = "leader_lost", _("lost leadership")
+    NODE_DEAD = "node_dead", _("node marked dead")
+    NODE_REVIVED = "node_revived", _("dead node came back")
+    PURGED = "purged", _("ledger purged")
+    REAPED = "reaped", _("expired leases reaped")
+
+
+class ClusterEvent(models.Model):
+    """Append-only log of what happened to the cluster rather than to one run."""
+
+    at = models.DateTimeField()
+    kind = models.CharField(max_length=20, choices=ClusterEventKind.choices)
+    node = models.CharField(max_length=200, blank=True)
+    fence = models.BigIntegerField(null=True, blank=True)
+    detail = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-at", "-id"]
+        verbose_name = _("cluster event")
+        indexes = [models.Index(fields=["at"], name="cluster_jobs_event_at")]
+
+    def __str__(self) -> str:
+        return f"{self.kind} @ {self.at:%Y-%m-%d %H:%M:%S}"

@@ -84,6 +84,18 @@ class Job:
             "payload": self.payload,
         }
 
+    def enqueue(self, **payload: Any) -> Any:
+        """Run this job once, as soon as a node is free; returns the pending JobRun."""
+        from .services import enqueue
+
+        return enqueue(self.name, payload)
+
+    def enqueue_at(self, when: Any, **payload: Any) -> Any:
+        """Run this job once at ``when`` (an aware datetime); returns the pending JobRun."""
+        from .services import enqueue
+
+        return enqueue(self.name, payload, at=when)
+
     def invoke(self, context: RunContext, payload: dict) -> Any:
         """Call the handler with the context (when it takes one) and the payload as kwargs."""
         if self.wants_context:

@@ -66,3 +66,27 @@ def manual(ctx: RunContext, value: int = 0) -> int:
 @job(name="tests.boom")
 def boom() -> None:
     raise RuntimeError("boom")
+
+
+def _hold(ctx: RunContext) -> dict:
+    """Record the start, work for CLUSTER_JOBS_TEST_LONG seconds ignoring cancel, record the end.
+
+    Ignoring the cancel flag on purpose lets the fault tests show that fencing, not politeness,
+    keeps a late writer out.
+    """
+    record(ctx)
+    deadline = time.monotonic() + float(os.environ.get("CLUSTER_JOBS_TEST_LONG", "4"))
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    record(ctx)
+    return {"node": ctx.node_id, "attempt": ctx.attempt}
+
+
+@job(name="tests.long")
+def long(ctx: RunContext) -> dict:
+    return _hold(ctx)
+
+
+@job(name="tests.long_once", delivery="at_most_once")
+def long_once(ctx: RunContext) -> dict:
+    return _hold(ctx)

@@ -12,6 +12,7 @@ from django.db.models import Count, F, Max, Q
 from django.db.models.functions import Now
 
 from ..models import EventKind, JobDefinition, JobRun, RunEvent, RunState, WorkerNode
+from .ownership import OwnershipMixin
 
 
 @dataclass(frozen=True)
@@ -28,13 +29,15 @@ class Claim:
 
 @dataclass(frozen=True)
 class Won:
-    """A claim this node won: the run row it now owns."""
+    """A claim this node won: the run row it now owns, under ``fence``."""
 
     run_id: int
     job_id: int
     key: str
     fence: int = 1
     attempt: int = 1
+    scheduled_at: datetime | None = None
+    payload: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -98,10 +101,12 @@ def window_decision(
     return None if due <= now else due
 
 
-class Coordinator:
+class Coordinator(OwnershipMixin):
     """The operations the node loop needs from the database; subclasses speed up the hot ones."""
 
     vendor = "orm"
+    #: True where idle nodes are woken by notifications instead of polling for pending runs.
+    listens = False
 
     def __init__(self, alias: str) -> None:
         self.alias = alias

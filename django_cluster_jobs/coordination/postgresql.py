@@ -2,22 +2,29 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
+
+from django.db import transaction
 
 from ..models import WorkerNode
 from . import sql
-from .base import Claim, Coordinator, Heartbeat, NodeStats, Won, dt_param, json_param
+from .base import Claim, Coordinator, Heartbeat, NodeStats, Won, json_param
+from .pending import take_pending
 
 #: First key of the two-int advisory lock space, so ours cannot collide with the application's
 #: single-bigint locks ("CJ" in ASCII).
 ADVISORY_CLASS = 0x434A
+#: LISTEN/NOTIFY channel on which idle nodes hear that a run became pending.
+PENDING_CHANNEL = "cluster_jobs_pending"
 
 
 class PostgreSQLCoordinator(Coordinator):
     """``INSERT … ON CONFLICT DO NOTHING RETURNING`` and ``pg_advisory_xact_lock``."""
 
     vendor = "postgresql"
+    #: Nodes learn of new pending runs by LISTEN instead of polling.
+    listens = True
 
     def claim(
         self, claims: Sequence[Claim], node: str, now: datetime, lease_until: datetime
@@ -40,6 +47,26 @@ class PostgreSQLCoordinator(Coordinator):
         with conn.cursor() as cursor:
             cursor.execute(sql.PG_CLAIM.format(rows=rows), params)
             return [Won(run_id, job_id, key) for run_id, job_id, key in cursor.fetchall()]
+
+    def claim_pending(
+        self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
+    ) -> list[Won]:
+        with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
+            return take_pending(
+                cursor,
+                self.connection,
+                self.alias,
+                node,
+                job_ids,
+                limit,
+                now,
+                lease_until,
+                "FOR UPDATE SKIP LOCKED",
+            )
+
+    def notify_pending(self) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, '')", [PENDING_CHANNEL])
 
     def lock_job(self, job_id: int) -> None:
         with self.connection.cursor() as cursor:
@@ -67,6 +94,3 @@ class PostgreSQLCoordinator(Coordinator):
         return Heartbeat(
             rows[0][0] or "", frozenset(r for r, _ in owned), frozenset(r for r, c in owned if c)
         )
-
-
-__all__ = ["PostgreSQLCoordinator", "dt_param"]

@@ -64,3 +64,26 @@ WITH n AS (
 )
 SELECT (SELECT status FROM n), r.id, r.cancel_requested FROM (SELECT 1) AS one LEFT JOIN r ON true
 """
+
+# Take due pending runs: highest priority, then oldest due. {lock} is FOR UPDATE SKIP LOCKED on
+# PostgreSQL (racers skip each other's rows) and empty on SQLite (its writer lock serialises).
+# Parameters: node, lease_until, started_at, now, then the job ids, then the limit.
+TAKE_PENDING = f"""
+UPDATE {RUN} SET state = 'running', node = %s, fence = fence + 1, lease_expires_at = %s,
+                 started_at = %s
+WHERE id IN (
+    SELECT id FROM {RUN}
+    WHERE state = 'pending' AND due_at <= %s AND job_id IN ({{job_ids}})
+    ORDER BY priority DESC, due_at, id
+    LIMIT %s {{lock}}
+)
+RETURNING id
+"""
+
+# The timeline entry of each run just taken: a takeover when its previous owner went away.
+TAKEN_EVENTS = f"""
+INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
+SELECT id, %s, CASE WHEN reason LIKE 'lease expired%%' OR reason LIKE 'handed back%%'
+                    THEN 'taken_over' ELSE 'started' END, node, fence, reason
+FROM {RUN} WHERE id IN ({{ids}})
+"""

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
 from . import sql
 from .base import Claim, Coordinator, Won, dt_param, json_param
+from .pending import take_pending
 
 
 @contextmanager
@@ -59,3 +60,11 @@ class SQLiteCoordinator(Coordinator):
             won = [Won(run_id, job_id, key) for run_id, job_id, key in cursor.fetchall()]
             cursor.executemany(sql.CLAIMED_EVENT, [(w.run_id, at, node) for w in won])
         return won
+
+    def claim_pending(
+        self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
+    ) -> list[Won]:
+        with immediate(self.connection) as cursor:
+            return take_pending(
+                cursor, self.connection, self.alias, node, job_ids, limit, now, lease_until, ""
+            )

@@ -1,16 +1,17 @@
-"""The heartbeat thread: clock offset, node row, run leases, definition changes, drain requests."""
+"""The heartbeat thread: clock offset, node row, run leases, definition changes, leadership."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from datetime import timedelta
+import time
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from django.db import DatabaseError, connections
 
 from ..conf import app_settings
-from ..models import NodeStatus
+from ..models import ClusterEvent, ClusterEventKind, NodeStatus, WorkerNode
 from .executor import release_broken_connections
 
 if TYPE_CHECKING:
@@ -30,7 +31,7 @@ class HeartbeatThread(threading.Thread):
         self.node = node
         self._halt = threading.Event()
         self._version: Any = None
-        self.hooks: list[Any] = []
+        self._lost: set[int] = set()
 
     def run(self) -> None:
         try:
@@ -45,13 +46,12 @@ class HeartbeatThread(threading.Thread):
             self.join(timeout=app_settings.HEARTBEAT_INTERVAL + 5)
 
     def beat(self) -> None:
-        """Measure the clock offset, renew the node and its leases, notice what changed."""
+        """Measure the clock offset, renew the node and its leases, notice changes, lead."""
         try:
             self._measure()
             self._renew()
             self._watch_definitions()
-            for hook in self.hooks:
-                hook()
+            self.node.leader.beat()
         except DatabaseError as exc:
             logger.warning(
                 "heartbeat of %s failed: %s", self.node.node_id, exc, extra=self.node.log_extra
@@ -62,26 +62,71 @@ class HeartbeatThread(threading.Thread):
         clock = self.node.clock
         sent = clock.local()
         db_time = self.node.coordinator.db_now()
-        if db_time is not None:
-            clock.observe(sent, db_time, clock.local())
-            if abs(clock.offset) > SKEW_WARNING:
-                logger.warning(
-                    "node %s clock differs from the database's by %.3fs; using the database's",
-                    self.node.node_id,
-                    clock.offset.total_seconds(),
-                    extra=self.node.log_extra,
-                )
+        if db_time is None:
+            return
+        clock.observe(sent, db_time, clock.local())
+        if abs(clock.offset) > SKEW_WARNING:
+            logger.warning(
+                "node %s clock differs from the database's by %.3fs; using the database's",
+                self.node.node_id,
+                clock.offset.total_seconds(),
+                extra=self.node.log_extra,
+            )
 
     def _renew(self) -> None:
         node = self.node
         now = node.clock.now()
         lease_until = now + timedelta(seconds=app_settings.LEASE_TTL)
         offset_ms = node.clock.offset.total_seconds() * 1000
+        started = time.monotonic()
         beat = node.coordinator.heartbeat(
             node.node_id, now, lease_until, node.counters.snapshot(offset_ms)
         )
         if beat.status == NodeStatus.DRAINING and not node.stopping:
             node.request_stop(reason="drain requested")
+        elif beat.status == NodeStatus.DEAD:
+            self._revive(now)
+        self._notice_lost_runs(beat.owned_runs, started)
+        if beat.cancel_requested:
+            node.runner.cancel(set(beat.cancel_requested))
+
+    def _notice_lost_runs(self, owned: frozenset[int], started: float) -> None:
+        """Cancel handlers whose run was taken from this node (its lease expired while paused)."""
+        lost = {
+            a.won.run_id
+            for a in self.node.runner.snapshot()
+            if a.since < started and a.won.run_id not in owned
+        }
+        for run_id in lost - self._lost:
+            logger.warning(
+                "run %s is no longer owned by %s (its lease expired and it was taken "
+                "over); its handler is cancelled and its result will be fenced out",
+                run_id,
+                self.node.node_id,
+                extra={**self.node.log_extra, "run_id": run_id},
+            )
+        self._lost |= lost
+        if lost:
+            self.node.runner.cancel(lost)
+
+    def _revive(self, now: datetime) -> None:
+        node = self.node
+        status = NodeStatus.DRAINING if node.stopping else NodeStatus.ACTIVE
+        WorkerNode.objects.using(node.coordinator.alias).filter(
+            node_id=node.node_id, status=NodeStatus.DEAD
+        ).update(status=status)
+        ClusterEvent.objects.using(node.coordinator.alias).create(
+            at=now,
+            kind=ClusterEventKind.NODE_REVIVED,
+            node=node.node_id,
+            detail="heartbeat resumed after the node was marked dead",
+        )
+        logger.warning(
+            "node %s was marked dead while it could not heartbeat; %s again",
+            node.node_id,
+            status,
+            extra=node.log_extra,
+        )
 
     def _watch_definitions(self) -> None:
         version = self.node.coordinator.definitions_version()

@@ -12,23 +12,23 @@ from importlib.metadata import PackageNotFoundError, version
 
 from django.db import DatabaseError, transaction
 from django.utils import timezone
+from django.utils.module_loading import import_string
 
 from ..conf import app_settings
-from ..coordination import Claim, Coordinator, Won, get_coordinator
+from ..coordination import Claim, Coordinator, get_coordinator
 from ..models import JobDefinition, NodeStatus, Outcome, WorkerNode
 from ..registry import Registry, registry
-from ..schedules import occurrence_key
 from . import stats
 from .clock import Clock
 from .executor import Executor, release_broken_connections
+from .firing import Firing
 from .heartbeat import HeartbeatThread
+from .leader import Leader
 from .planner import Planned, Planner, load_planned
 from .runner import Runner
 
 logger = logging.getLogger(__name__)
 
-#: An occurrence later than this when the loop reaches it is missed, not fired.
-MISFIRE_GRACE = timedelta(seconds=5)
 #: The longest the loop sleeps without a reason to wake.
 MAX_SLEEP = 60.0
 
@@ -40,7 +40,12 @@ def package_version() -> str:
         return "unknown"
 
 
-class Node:
+def default_clock() -> Clock:
+    """The clock named by CLUSTER_JOBS['CLOCK'] (tests inject skewed ones), else the real one."""
+    return import_string(app_settings.CLOCK)() if app_settings.CLOCK else Clock()
+
+
+class Node(Firing):
     """One ``runscheduler`` process; drive it with :meth:`run` (tests pass ``max_ticks``)."""
 
     def __init__(
@@ -54,7 +59,7 @@ class Node:
         jobs: Registry = registry,
     ) -> None:
         self.node_id = node_id or app_settings.node_id()
-        self.clock = clock or Clock()
+        self.clock = clock or default_clock()
         self.coordinator = coordinator or get_coordinator()
         self.tags = frozenset(app_settings.NODE_TAGS if tags is None else tags)
         self.registry = jobs
@@ -68,11 +73,25 @@ class Node:
         self._wake = threading.Event()
         self._inbox: queue.SimpleQueue[tuple[datetime, str]] = queue.SimpleQueue()
         self._reload = threading.Event()
+        self._pending_due: datetime | None = None
         self.heartbeat = HeartbeatThread(self)
+        self.leader = Leader(self)
+        self.listener = self._make_listener()
+
+    def _make_listener(self):
+        if not getattr(self.coordinator, "listens", False):
+            return None
+        from .listener import PendingListener
+
+        return PendingListener(self)
 
     @property
     def log_extra(self) -> dict[str, str]:
         return {"node": self.node_id}
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping.is_set()
 
     # -- lifecycle ------------------------------------------------------------------------------
 
@@ -94,12 +113,15 @@ class Node:
             self.stop()
 
     def start(self) -> None:
-        """Register the node, copy the code registry to the database, start the heartbeat."""
+        """Register, copy the code registry to the database, beat once, start the threads."""
         self.register()
         sync_definitions(self.registry, self.coordinator.alias)
         self.reload()
         self.heartbeat.beat()
         self.heartbeat.start()
+        if self.listener is not None:
+            self.listener.start()
+        self.wake_pending()
         self.fire_startup_jobs()
         logger.info(
             "node %s started with %d job(s)", self.node_id, len(self.planned), extra=self.log_extra
@@ -112,27 +134,54 @@ class Node:
         self._stopping.set()
         self._wake.set()
 
-    @property
-    def stopping(self) -> bool:
-        return self._stopping.is_set()
-
     def stop(self) -> None:
-        """Let running handlers finish within the grace period, then mark the node stopped."""
+        """Drain: finish running handlers within the grace period, hand back the rest, stop."""
         self._stopping.set()
+        self._set_status(NodeStatus.DRAINING)
         grace = app_settings.GRACE_PERIOD
         if not self.executor.wait_idle(grace):
-            logger.warning(
-                "grace period of %ss over with runs still going; cancelling them",
-                grace,
-                extra=self.log_extra,
-            )
-            self.runner.cancel_all()
-            self.executor.wait_idle(min(grace, 5.0))
+            self.hand_back_running()
         self.heartbeat.stop()
+        if self.listener is not None:
+            self.listener.stop()
+        try:
+            self.leader.resign()
+        except DatabaseError:
+            logger.warning("could not resign leadership", exc_info=True, extra=self.log_extra)
         self.executor.shutdown()
-        self._mark(NodeStatus.STOPPED)
+        self._set_status(NodeStatus.STOPPED, stopped=True)
         release_broken_connections()
         logger.info("node %s stopped", self.node_id, extra=self.log_extra)
+
+    def hand_back_running(self) -> None:
+        """Cancel the handlers still running and release their runs for another node at once."""
+        active = self.runner.snapshot()
+        logger.warning(
+            "grace period over with %d run(s) still going; handing them back",
+            len(active),
+            extra=self.log_extra,
+        )
+        self.runner.cancel()
+        now = self.clock.now()
+        for run in active:
+            try:
+                state = self.coordinator.hand_back(run.won, self.node_id, now)
+            except DatabaseError as exc:
+                logger.warning(
+                    "could not hand back %s @ %s: %s; its lease will expire",
+                    run.planned.name,
+                    run.won.key,
+                    exc,
+                    extra=self.log_extra,
+                )
+                continue
+            logger.warning(
+                "handed back %s @ %s: now %s",
+                run.planned.name,
+                run.won.key,
+                state or "owned by another node",
+                extra=self.log_extra,
+            )
 
     def register(self) -> None:
         now = self.clock.now()
@@ -150,25 +199,30 @@ class Node:
             },
         )
 
-    def _mark(self, status: str) -> None:
+    def _set_status(self, status: str, *, stopped: bool = False) -> None:
+        offset_ms = self.clock.offset.total_seconds() * 1000
+        fields = {"status": status, **self.counters.snapshot(offset_ms).fields()}
+        if stopped:
+            fields["stopped_at"] = self.clock.now()
         try:
             WorkerNode.objects.using(self.coordinator.alias).filter(node_id=self.node_id).update(
-                status=status,
-                stopped_at=self.clock.now(),
-                **self.counters.snapshot(self.clock.offset.total_seconds() * 1000).fields(),
+                **fields
             )
         except DatabaseError:
-            logger.warning("could not mark node %s %s", self.node_id, status, exc_info=True)
+            logger.warning(
+                "could not mark node %s %s",
+                self.node_id,
+                status,
+                exc_info=True,
+                extra=self.log_extra,
+            )
 
     # -- planning -------------------------------------------------------------------------------
 
     def reload(self) -> None:
         """Reload definitions from the database and re-plan every job's next due time."""
-        self.planned = {
-            name: p
-            for name, p in load_planned(self.coordinator.alias, self.registry).items()
-            if p.runs_here(self.tags)
-        }
+        loaded = load_planned(self.coordinator.alias, self.registry)
+        self.planned = {n: p for n, p in loaded.items() if p.runs_here(self.tags)}
         self.planner.clear()
         now = self.clock.now()
         for planned in self.planned.values():
@@ -186,18 +240,31 @@ class Node:
         self._inbox.put((due, name))
         self._wake.set()
 
+    def wake_pending(self) -> None:
+        """Ask the loop (from any thread) to look for pending runs now."""
+        self._pending_due = self.clock.now()
+        self._wake.set()
+
+    def _plan_pending(self, now: datetime, next_due: datetime | None) -> None:
+        """Look again when the next pending run is due; poll where nothing will notify us."""
+        listening = self.listener is not None and self.listener.healthy
+        if not listening:
+            poll = now + timedelta(seconds=app_settings.POLL_INTERVAL)
+            next_due = min(next_due, poll) if next_due else poll
+        self._pending_due = next_due
+
     def _sleep(self) -> None:
-        next_due = self.planner.next_due()
+        due = [d for d in (self.planner.next_due(), self._pending_due) if d is not None]
         timeout = MAX_SLEEP
-        if next_due is not None:
-            timeout = min(timeout, max(0.0, (next_due - self.clock.now()).total_seconds()))
+        if due:
+            timeout = min(timeout, max(0.0, (min(due) - self.clock.now()).total_seconds()))
         self._wake.wait(timeout)
         self._wake.clear()
 
     # -- one tick -------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Claim every occurrence due now, in one batch, and hand the winners to the executor."""
+        """Claim every occurrence due now, in one batch; then start due pending runs."""
         self.ticks += 1
         if self._reload.is_set():
             self._reload.clear()
@@ -206,201 +273,32 @@ class Node:
             self.planner.push(*self._inbox.get())
         now = self.clock.now()
         claims, windows = self._collect(now)
-        self._claim_slots(claims, now)
-        for planned, due in windows:
-            self._claim_window(planned, due, now)
-
-    def _collect(
-        self, now: datetime
-    ) -> tuple[list[tuple[Planned, Claim]], list[tuple[Planned, datetime]]]:
-        claims, windows = [], []
-        for due, name in self.planner.pop_due(now):
-            planned = self.planned.get(name)
-            if planned is None:
-                continue
-            if planned.schedule.kind == "delay":
-                windows.append((planned, due))
-                continue
-            self._push_next(planned, max(due, now - MISFIRE_GRACE))
-            if self._skip_reason(planned, due, now) is None:
-                claims.append((planned, self._claim_for(planned, due)))
-        return claims, windows
-
-    def _push_next(self, planned: Planned, after: datetime) -> None:
-        following = planned.schedule.next_after(after)
-        if following is not None:
-            self.planner.push(following, planned.name)
-
-    def _skip_reason(self, planned: Planned, due: datetime, now: datetime) -> str | None:
-        reason = None
-        if not planned.definition.enabled:
-            reason = stats.DISABLED
-        elif due < now - MISFIRE_GRACE:
-            reason = stats.MISSED
-        if reason is not None:
-            self._skip(planned, occurrence_key(due), reason)
-        return reason
-
-    def _skip(self, planned: Planned, key: str, reason: str, n: int = 1) -> None:
-        self.counters.add(skipped=reason, n=n)
-        logger.debug(
-            "skip %s @ %s: %s",
-            planned.name,
-            key,
-            reason,
-            extra={**self.log_extra, "job": planned.name, "occurrence": key},
-        )
-
-    def _claim_for(self, planned: Planned, due: datetime, outcome: str | None = None) -> Claim:
-        definition = planned.definition
-        key = occurrence_key(due)
-        if definition.placement == "every_node" and outcome is None:
-            key, outcome = f"{key}@{self.node_id}", Outcome.EVERY_NODE
-        return Claim(
-            definition.pk,
-            key,
-            due,
-            outcome or Outcome.WON,
-            definition.priority,
-            dict(definition.payload or {}),
-        )
-
-    def _claim_slots(self, claims: list[tuple[Planned, Claim]], now: datetime) -> None:
-        if not claims:
-            return
-        claims = self._fit_capacity(claims)
-        by_key = {(c.job_id, c.key): (p, c) for p, c in claims}
-        size = app_settings.CLAIM_BATCH_SIZE
-        for start in range(0, len(claims), size):
-            batch = [c for _, c in claims[start : start + size]]
-            won = self._claim_batch(batch, by_key, now)
-            for w in won:
-                self._submit(w, *by_key[(w.job_id, w.key)])
-
-    def _fit_capacity(self, claims: list[tuple[Planned, Claim]]) -> list[tuple[Planned, Claim]]:
-        """Keep what the executor can start now; every-node claims first, the rest skipped."""
-        if self.stopping:
-            for planned, claim in claims:
-                self._skip(planned, claim.key, stats.DRAINING)
-            return []
-        claims = sorted(
-            claims, key=lambda pc: (pc[1].outcome != Outcome.EVERY_NODE, -pc[1].priority)
-        )
-        free = self.executor.free
-        for planned, claim in claims[free:]:
-            self._skip(planned, claim.key, stats.NODE_BUSY)
-        return claims[:free]
-
-    def _claim_batch(self, batch: list[Claim], by_key: dict, now: datetime) -> list[Won]:
-        lease_until = now + timedelta(seconds=app_settings.LEASE_TTL)
-        try:
-            won = self.coordinator.claim(batch, self.node_id, now, lease_until)
-        except DatabaseError as exc:
-            release_broken_connections()
-            for claim in batch:
-                planned = by_key[(claim.job_id, claim.key)][0]
-                self._skip(planned, claim.key, stats.CLAIM_FAILED)
-                logger.warning(
-                    "claim failed, skipping %s @ %s (fail-closed): %s",
-                    planned.name,
-                    claim.key,
-                    exc,
-                    extra={**self.log_extra, "job": planned.name, "occurrence": claim.key},
-                )
-            return []
-        won_keys = {(w.job_id, w.key) for w in won}
-        for claim in batch:
-            if (claim.job_id, claim.key) not in won_keys:
-                self.counters.add(lost=1)
-                self._skip(by_key[(claim.job_id, claim.key)][0], claim.key, stats.CLAIMED_ELSEWHERE)
-        self.counters.add(won=len(won))
-        return won
-
-    def _claim_window(self, planned: Planned, due: datetime, now: datetime) -> None:
-        interval = planned.schedule.interval  # type: ignore[attr-defined]
-        recheck = timedelta(seconds=app_settings.HEARTBEAT_INTERVAL)
-        if self.stopping or not planned.definition.enabled or self.executor.free < 1:
-            self.planner.push(now + min(interval, recheck), planned.name)
-            return
-        lease_until = now + timedelta(seconds=app_settings.LEASE_TTL)
-        key = occurrence_key(now)
-        try:
-            result = self.coordinator.claim_window(
-                planned.definition.pk, interval, key, self.node_id, now, lease_until, recheck
-            )
-        except DatabaseError as exc:
-            release_broken_connections()
-            self._skip(planned, key, stats.CLAIM_FAILED)
-            logger.warning(
-                "window claim failed for %s (fail-closed): %s",
-                planned.name,
-                exc,
-                extra={**self.log_extra, "job": planned.name},
-            )
-            self.planner.push(now + recheck, planned.name)
-            return
-        if result.won is None:
-            self.planner.push(result.next_check or now + recheck, planned.name)
-            return
-        self.counters.add(won=1)
-        claim = Claim(
-            planned.definition.pk,
-            key,
-            now,
-            Outcome.WON,
-            planned.definition.priority,
-            dict(planned.definition.payload or {}),
-        )
-        self._submit(
-            result.won,
-            planned,
-            claim,
-            on_done=lambda finished: self.schedule_at(finished + interval, planned.name),
-        )
-
-    def _submit(self, won: Won, planned: Planned, claim: Claim, on_done=None) -> None:
-        logger.info(
-            "won %s @ %s",
-            planned.name,
-            won.key,
-            extra={
-                **self.log_extra,
-                "job": planned.name,
-                "occurrence": won.key,
-                "fence": won.fence,
-            },
-        )
-        task = lambda: self.runner.run(won, planned, claim.scheduled_at, claim.payload, on_done)  # noqa: E731
-        if not self.executor.submit(task):  # capacity is checked before claiming; never expected
-            logger.error(
-                "executor full after claiming %s @ %s; running it on a spare thread",
-                planned.name,
-                won.key,
-                extra=self.log_extra,
-            )
-            threading.Thread(target=task, daemon=True).start()
+        if claims:
+            self._claim_slots(claims, now)
+        for planned, _ in windows:
+            self._claim_window(planned, now)
+        if self._pending_due is not None and self._pending_due <= now:
+            self._take_pending(now)
 
     def fire_startup_jobs(self) -> None:
         now = self.clock.now()
-        startup = [p for p in self.planned.values() if p.schedule.kind == "startup"]
-        claims = [
-            (p, self._claim_for(p, now, Outcome.STARTUP)) for p in startup if p.definition.enabled
-        ]
         claims = [
             (
                 p,
                 Claim(
-                    c.job_id,
-                    f"startup:{c.key}@{self.node_id}",
+                    p.definition.pk,
+                    f"startup:{self._claim_for(p, now).key}@{self.node_id}",
                     now,
                     Outcome.STARTUP,
-                    c.priority,
-                    c.payload,
+                    p.definition.priority,
+                    dict(p.definition.payload),
                 ),
             )
-            for p, c in claims
+            for p in self.planned.values()
+            if p.schedule.kind == "startup" and p.definition.enabled
         ]
-        self._claim_slots(claims, now)
+        if claims:
+            self._claim_slots(claims, now)
 
 
 def sync_definitions(jobs: Registry, alias: str) -> None:

@@ -1,0 +1,82 @@
+"""Named, fenced leases on the database: the leader and application cluster locks.
+
+Acquire and renew are compare-and-set updates; the fencing token goes up on every change of
+holder and stays on renewal. Times are cluster time (the caller's database-corrected clock).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+from django.db.models import F, Q
+
+from ..models import Lease
+
+
+@dataclass(frozen=True)
+class Held:
+    """A lease this holder has: its token and fencing token, valid until ``expires_at``."""
+
+    name: str
+    holder: str
+    token: str
+    fence: int
+    expires_at: datetime
+    acquired: bool  # True when this call took it over (a change of holder)
+
+
+def _ensure(alias: str, name: str) -> None:
+    if not Lease.objects.using(alias).filter(name=name).exists():
+        try:
+            with transaction.atomic(using=alias):
+                Lease.objects.using(alias).create(name=name)
+        except IntegrityError:
+            pass  # created by a racer: fine
+
+
+def acquire(
+    alias: str, name: str, holder: str, token: str, now: datetime, ttl: timedelta
+) -> Held | None:
+    """Renew the lease if ``token`` holds it, else take it if free or expired; None if held."""
+    _ensure(alias, name)
+    leases = Lease.objects.using(alias).filter(name=name)
+    until = now + ttl
+    if leases.filter(token=token, expires_at__gt=now).update(expires_at=until):
+        return _held(alias, name, token, acquired=False)
+    free = Q(expires_at__isnull=True) | Q(expires_at__lte=now)
+    if leases.filter(free).update(
+        holder=holder, token=token, fence=F("fence") + 1, acquired_at=now, expires_at=until
+    ):
+        return _held(alias, name, token, acquired=True)
+    return None
+
+
+def _held(alias: str, name: str, token: str, *, acquired: bool) -> Held | None:
+    row = Lease.objects.using(alias).filter(name=name, token=token).first()
+    if row is None or row.expires_at is None:
+        return None
+    return Held(name, row.holder, token, row.fence, row.expires_at, acquired)
+
+
+def still_held(alias: str, held: Held, now: datetime) -> bool:
+    """Lock the lease row until the transaction ends and tell whether ``held`` is still valid.
+
+    Call inside ``transaction.atomic``: writes made in the same transaction are then fenced by
+    the lease (a deposed holder's writes are rejected; a new holder waits for this commit).
+    """
+    return bool(
+        Lease.objects.using(alias)
+        .filter(name=held.name, token=held.token, fence=held.fence, expires_at__gt=now)
+        .update(expires_at=F("expires_at"))
+    )
+
+
+def release(alias: str, held: Held) -> bool:
+    """Give the lease up at once so another holder need not wait for expiry."""
+    return bool(
+        Lease.objects.using(alias)
+        .filter(name=held.name, token=held.token)
+        .update(holder="", token="", expires_at=None)
+    )

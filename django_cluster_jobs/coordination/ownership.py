@@ -1,0 +1,242 @@
+"""Who owns a run after a crash, a pause or a drain: pickup, reaping, hand-back, dead nodes, purge.
+
+These are the portable ORM versions; every write compares the fencing token it read, so a writer
+that lost the race changes nothing. Dialect modules override the hot ones.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django.db import transaction
+from django.db.models import F, Min, OuterRef, Q, Subquery
+
+from ..models import (
+    ClusterEvent,
+    ClusterEventKind,
+    Delivery,
+    EventKind,
+    JobRun,
+    NodeStatus,
+    RunEvent,
+    RunState,
+    WorkerNode,
+)
+
+if TYPE_CHECKING:
+    from .base import Won
+
+#: Reasons stored on a run that went back to pending because its owner went away.
+LEASE_EXPIRED = "lease expired"
+HANDED_BACK = "handed back"
+#: Takeovers allowed beyond a job's max_attempts before the run is dead-lettered (poison pill).
+MAX_TAKEOVERS = 2
+
+
+class OwnershipMixin:
+    """Run ownership operations shared by every coordinator."""
+
+    alias: str
+
+    def notify_pending(self) -> None:
+        """Wake idle nodes because a run became pending (PostgreSQL NOTIFY; no-op elsewhere)."""
+
+    # -- pending runs -----------------------------------------------------------------------
+
+    def claim_pending(
+        self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
+    ) -> list[Won]:
+        """Take up to ``limit`` due pending runs of ``job_ids``, highest priority first."""
+        from .base import Won
+
+        with transaction.atomic(using=self.alias):
+            due = JobRun.objects.using(self.alias).due(now).filter(job_id__in=job_ids)
+            due = due.order_by("-priority", "due_at", "pk")
+            if self.connection.features.has_select_for_update_skip_locked:  # type: ignore[attr-defined]
+                due = due.select_for_update(skip_locked=True)
+            picked = list(due.values_list("pk", "fence", "reason")[:limit])
+            taken = []
+            for pk, fence, reason in picked:
+                if self._take(pk, fence, node, now, lease_until, reason):
+                    run = JobRun.objects.using(self.alias).get(pk=pk)
+                    taken.append(
+                        Won(
+                            pk,
+                            run.job_id,
+                            run.key,
+                            run.fence,
+                            run.attempt,
+                            run.scheduled_at,
+                            run.payload,
+                        )
+                    )
+        return taken
+
+    def _take(
+        self, pk: int, fence: int, node: str, now: datetime, lease_until: datetime, reason: str
+    ) -> bool:
+        updated = (
+            JobRun.objects.using(self.alias)
+            .filter(pk=pk, fence=fence, state=RunState.PENDING)
+            .update(
+                state=RunState.RUNNING,
+                node=node,
+                fence=fence + 1,
+                lease_expires_at=lease_until,
+                started_at=now,
+            )
+        )
+        if updated:
+            taken_over = reason.startswith((LEASE_EXPIRED, HANDED_BACK))
+            kind = EventKind.TAKEN_OVER if taken_over else EventKind.STARTED
+            self.record(pk, kind, node, fence + 1, reason, now)  # type: ignore[attr-defined]
+        return bool(updated)
+
+    def next_pending_due(self, job_ids: Collection[int]) -> datetime | None:
+        """Return when the earliest pending run of ``job_ids`` is due, or None."""
+        runs = JobRun.objects.using(self.alias).filter(state=RunState.PENDING, job_id__in=job_ids)
+        return runs.aggregate(due=Min("due_at"))["due"]
+
+    # -- giving runs back ---------------------------------------------------------------------
+
+    def hand_back(
+        self, won: Won, node: str, now: datetime, reason: str = HANDED_BACK
+    ) -> str | None:
+        """Release a run this node cannot finish: pending again (at least once) or lost (at most
+        once). Returns the new state, or None when the fence was already stale."""
+        delivery = (
+            JobRun.objects.using(self.alias)
+            .filter(pk=won.run_id)
+            .values_list("job__delivery", flat=True)
+            .first()
+        )
+        with transaction.atomic(using=self.alias):
+            state = self._release(won.run_id, won.fence, node, now, reason, delivery)
+        return state
+
+    def _release(
+        self, pk: int, fence: int, node: str, now: datetime, reason: str, delivery: str | None
+    ) -> str | None:
+        runs = JobRun.objects.using(self.alias).filter(pk=pk, fence=fence, state=RunState.RUNNING)
+        if delivery == Delivery.AT_MOST_ONCE:
+            lost = runs.update(
+                state=RunState.LOST,
+                finished_at=now,
+                lease_expires_at=None,
+                fence=fence + 1,
+                reason=f"{reason} (at most once: not re-run)",
+            )
+            if lost:
+                self.record(
+                    pk,
+                    EventKind.LOST,
+                    node,
+                    fence + 1,  # type: ignore[attr-defined]
+                    f"{reason}; at-most-once delivery, never re-run",
+                    now,
+                )
+            return RunState.LOST if lost else None
+        back = runs.update(
+            state=RunState.PENDING,
+            due_at=now,
+            node="",
+            lease_expires_at=None,
+            fence=fence + 1,
+            attempt=F("attempt") + 1,
+            reason=reason,
+        )
+        if back:
+            kind = EventKind.HANDED_BACK if reason == HANDED_BACK else EventKind.LEASE_EXPIRED
+            self.record(
+                pk,
+                kind,
+                node,
+                fence + 1,  # type: ignore[attr-defined]
+                f"{reason}; pending again as the next attempt",
+                now,
+            )
+            transaction.on_commit(self.notify_pending, using=self.alias)
+        return RunState.PENDING if back else None
+
+    # -- leader chores (callers hold the leader lease, checked in the same transaction) -------
+
+    def reap_expired(self, now: datetime, leader: str) -> int:
+        """Release every run whose lease expired before ``now``; return how many."""
+        expired = (
+            JobRun.objects.using(self.alias)
+            .expired(now)
+            .values_list("pk", "fence", "node", "job__delivery", "attempt", "job__max_attempts")
+        )
+        count = 0
+        for pk, fence, owner, delivery, attempt, max_attempts in expired:
+            if attempt >= max_attempts + MAX_TAKEOVERS and delivery != Delivery.AT_MOST_ONCE:
+                count += self._bury(pk, fence, leader, now, owner)
+                continue
+            if self._release(pk, fence, leader, now, f"{LEASE_EXPIRED} on {owner}", delivery):
+                count += 1
+        return count
+
+    def _bury(self, pk: int, fence: int, leader: str, now: datetime, owner: str) -> int:
+        updated = (
+            JobRun.objects.using(self.alias)
+            .filter(pk=pk, fence=fence)
+            .update(
+                state=RunState.DEAD,
+                finished_at=now,
+                lease_expires_at=None,
+                fence=fence + 1,
+                reason="lease expired too often (the handler may kill its node)",
+            )
+        )
+        if updated:
+            self.record(
+                pk,
+                EventKind.DEAD_LETTERED,
+                leader,
+                fence + 1,  # type: ignore[attr-defined]
+                f"lease expired on {owner} again; dead-lettered after repeated takeovers",
+                now,
+            )
+        return updated
+
+    def mark_dead_nodes(self, now: datetime, dead_after: timedelta, leader: str) -> list[str]:
+        """Mark nodes silent for longer than ``dead_after`` dead; return their ids."""
+        silent = WorkerNode.objects.using(self.alias).filter(
+            status__in=(NodeStatus.ACTIVE, NodeStatus.DRAINING), last_heartbeat__lt=now - dead_after
+        )
+        dead = list(silent.values_list("node_id", flat=True))
+        silent.filter(node_id__in=dead).update(status=NodeStatus.DEAD)
+        ClusterEvent.objects.using(self.alias).bulk_create(
+            [
+                ClusterEvent(
+                    at=now,
+                    kind=ClusterEventKind.NODE_DEAD,
+                    node=node_id,
+                    detail=f"no heartbeat for over {dead_after.total_seconds():g}s; "
+                    f"marked dead by {leader}",
+                )
+                for node_id in dead
+            ]
+        )
+        return dead
+
+    def purge(self, now: datetime, keep: timedelta) -> int:
+        """Delete finished runs older than ``keep``; the latest run of each job always stays."""
+        latest = (
+            JobRun.objects.using(self.alias)
+            .filter(job_id=OuterRef("job_id"))
+            .order_by("-scheduled_at", "-pk")
+            .values("pk")[:1]
+        )
+        old = JobRun.objects.using(self.alias).exclude(
+            state__in=(RunState.PENDING, RunState.RUNNING)
+        )
+        old = old.filter(
+            Q(finished_at__lt=now - keep) | Q(finished_at__isnull=True), scheduled_at__lt=now - keep
+        ).exclude(pk=Subquery(latest))
+        ids = list(old.values_list("pk", flat=True)[:10_000])
+        RunEvent.objects.using(self.alias).filter(run_id__in=ids).delete()
+        deleted, _ = JobRun.objects.using(self.alias).filter(pk__in=ids).delete()
+        return len(ids) if deleted else 0

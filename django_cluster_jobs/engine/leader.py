@@ -1,0 +1,125 @@
+"""The leader: one fenced lease; its holder alone reaps leases, buries dead nodes, purges."""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
+
+from django.db import transaction
+
+from ..conf import app_settings
+from ..coordination import leases
+from ..models import ClusterEvent, ClusterEventKind
+
+if TYPE_CHECKING:
+    from .node import Node
+
+logger = logging.getLogger(__name__)
+
+LEADER = "leader"
+#: Seconds between two purges of the ledger by the same leader.
+PURGE_EVERY = 60.0
+
+
+class Leader:
+    """Acquires or renews the leader lease at each heartbeat and, while held, does the chores."""
+
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.token = uuid.uuid4().hex
+        self.held: leases.Held | None = None
+        self._last_purge: datetime | None = None
+
+    @property
+    def alias(self) -> str:
+        return self.node.coordinator.alias
+
+    def beat(self) -> None:
+        """Take or keep the lease; log and record every change of leader; do the chores."""
+        now = self.node.clock.now()
+        ttl = timedelta(seconds=app_settings.LEADER_TTL)
+        held = leases.acquire(self.alias, LEADER, self.node.node_id, self.token, now, ttl)
+        if held is not None and held.acquired:
+            self._record(ClusterEventKind.LEADER_ACQUIRED, held.fence, now, "became leader")
+        elif held is None and self.held is not None:
+            self._record(
+                ClusterEventKind.LEADER_LOST,
+                self.held.fence,
+                now,
+                "the leader lease was taken by another node",
+            )
+        self.held = held
+        if held is not None:
+            self.chores(now)
+
+    def chores(self, now: datetime) -> bool:
+        """Do the cluster chores fenced by the lease; False when this node is no longer leader."""
+        held = self.held
+        if held is None:
+            return False
+        coordinator = self.node.coordinator
+        with transaction.atomic(using=self.alias):
+            if not leases.still_held(self.alias, held, now):
+                logger.warning(
+                    "deposed: leader chores of %s with fence %s rejected",
+                    self.node.node_id,
+                    held.fence,
+                    extra=self.node.log_extra,
+                )
+                self.held = None
+                return False
+            reaped = coordinator.reap_expired(now, self.node.node_id)
+            dead = coordinator.mark_dead_nodes(
+                now, timedelta(seconds=app_settings.DEAD_AFTER), self.node.node_id
+            )
+            purged = self._purge(now)
+        self._log(reaped, dead, purged)
+        return True
+
+    def _purge(self, now: datetime) -> int:
+        if self._last_purge and (now - self._last_purge).total_seconds() < PURGE_EVERY:
+            return 0
+        self._last_purge = now
+        return self.node.coordinator.purge(now, retention(self.node.planned.values()))
+
+    def _log(self, reaped: int, dead: list[str], purged: int) -> None:
+        extra = self.node.log_extra
+        if reaped:
+            logger.warning("released %d run(s) whose lease expired", reaped, extra=extra)
+        for node_id in dead:
+            logger.warning("node %s stopped heartbeating; marked dead", node_id, extra=extra)
+        if purged:
+            logger.info("purged %d finished run(s) past retention", purged, extra=extra)
+
+    def resign(self) -> None:
+        """Give the lease up so another node leads at once instead of after expiry."""
+        if self.held is not None:
+            leases.release(self.alias, self.held)
+            self.held = None
+
+    def _record(self, kind: str, fence: int, now: datetime, detail: str) -> None:
+        level = logging.INFO if kind == ClusterEventKind.LEADER_ACQUIRED else logging.WARNING
+        logger.log(
+            level,
+            "%s: %s (fence %s)",
+            self.node.node_id,
+            detail,
+            fence,
+            extra={**self.node.log_extra, "fence": fence},
+        )
+        ClusterEvent.objects.using(self.alias).create(
+            at=now, kind=kind, node=self.node.node_id, fence=fence, detail=detail
+        )
+
+
+def retention(planned) -> timedelta:
+    """How long finished runs are kept: the setting, but never less than twice the longest
+    interval or catch-up window of any job, so a purged claim cannot let a duplicate through."""
+    keep = timedelta(days=app_settings.RETENTION_DAYS)
+    for p in planned:
+        gap = p.schedule.longest_gap() or timedelta(0)
+        window = p.definition.catch_up_window or timedelta(0)
+        keep = max(keep, 2 * gap, 2 * window)
+    return keep

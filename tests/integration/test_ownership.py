@@ -1,0 +1,188 @@
+"""Leases, the leader's fenced chores, reaping, hand-back and purge, on every coordination path."""
+
+from __future__ import annotations
+
+import threading
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from django_cluster_jobs import LockNotAcquired, cluster_lock
+from django_cluster_jobs.coordination import Won, leases
+from django_cluster_jobs.coordination.leases import Held
+from django_cluster_jobs.models import (
+    ClusterEvent,
+    EventKind,
+    JobRun,
+    Lease,
+    NodeStatus,
+    RunState,
+    WorkerNode,
+)
+from tests.factories import (
+    JobDefinitionFactory,
+    JobRunFactory,
+    RunningRunFactory,
+    WorkerNodeFactory,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 5, 28, 9, 0, tzinfo=UTC)
+TTL = timedelta(seconds=10)
+
+
+def test_lease_acquire_renew_and_take_over_bump_the_fence_only_on_a_new_holder():
+    a = leases.acquire("default", "leader", "a", "ta", T0, TTL)
+    assert a is not None and a.acquired and a.fence == 1
+    renewed = leases.acquire("default", "leader", "a", "ta", T0 + timedelta(seconds=5), TTL)
+    assert renewed.fence == 1 and not renewed.acquired
+    assert leases.acquire("default", "leader", "b", "tb", T0 + timedelta(seconds=9), TTL) is None
+    b = leases.acquire("default", "leader", "b", "tb", T0 + timedelta(seconds=16), TTL)
+    assert b.acquired and b.fence == 2 and b.holder == "b"
+    assert leases.acquire("default", "leader", "a", "ta", T0 + timedelta(seconds=17), TTL) is None
+
+
+def test_a_deposed_holder_is_fenced_out_of_its_writes():
+    a = leases.acquire("default", "leader", "a", "ta", T0, TTL)
+    later = T0 + timedelta(seconds=11)
+    leases.acquire("default", "leader", "b", "tb", later, TTL)
+    assert not leases.still_held("default", a, later)
+    stale = Held("leader", "a", "ta", a.fence, a.expires_at, True)
+    assert not leases.still_held("default", stale, T0 + timedelta(seconds=1))
+
+
+def test_concurrent_acquirers_get_one_holder():
+    barrier, results = threading.Barrier(4, timeout=30), []
+
+    def racer(i: int) -> None:
+        from django.db import connections
+
+        try:
+            barrier.wait()
+            results.append(leases.acquire("default", "race", f"n{i}", f"t{i}", T0, TTL))
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=racer, args=(i,)) for i in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert sum(r is not None for r in results) == 1
+    assert Lease.objects.get(name="race").fence == 1
+
+
+def test_reap_retakes_at_least_once_and_loses_at_most_once(coordinator):
+    alo = JobDefinitionFactory(delivery="at_least_once")
+    amo = JobDefinitionFactory(delivery="at_most_once")
+    expired = T0 - timedelta(seconds=1)
+    r1 = RunningRunFactory(job=alo, node="dead", lease_expires_at=expired)
+    r2 = RunningRunFactory(job=amo, node="dead", lease_expires_at=expired)
+    live = RunningRunFactory(job=alo, node="alive", lease_expires_at=T0 + TTL)
+    assert coordinator.reap_expired(T0, "leader") == 2
+    r1.refresh_from_db(), r2.refresh_from_db(), live.refresh_from_db()
+    assert (r1.state, r1.attempt, r1.fence, r1.node) == (RunState.PENDING, 2, 2, "")
+    assert (r2.state, r2.attempt, r2.fence) == (RunState.LOST, 1, 2)
+    assert live.state == RunState.RUNNING and live.fence == 1
+    assert r1.events.get().kind == EventKind.LEASE_EXPIRED
+    assert r2.events.get().kind == EventKind.LOST
+
+    [taken] = coordinator.claim_pending("b", [alo.pk], 5, T0, T0 + TTL)
+    assert (taken.run_id, taken.fence, taken.attempt) == (r1.pk, 3, 2)
+    assert r1.events.last().kind == EventKind.TAKEN_OVER
+    old = Won(r1.pk, alo.pk, r1.key, fence=1)
+    assert not coordinator.finish(old, "dead", RunState.SUCCEEDED, T0)
+    assert coordinator.finish(taken, "b", RunState.SUCCEEDED, T0)
+
+
+def test_a_poison_run_is_dead_lettered_after_repeated_takeovers(coordinator):
+    job = JobDefinitionFactory(max_attempts=1)
+    run = RunningRunFactory(job=job, attempt=3, lease_expires_at=T0 - timedelta(seconds=1))
+    coordinator.reap_expired(T0, "leader")
+    run.refresh_from_db()
+    assert run.state == RunState.DEAD and run.events.get().kind == EventKind.DEAD_LETTERED
+
+
+def test_pending_runs_are_taken_by_priority_then_due_time_without_double_taking(coordinator):
+    job = JobDefinitionFactory()
+    low = JobRunFactory(job=job, state=RunState.PENDING, priority=0, due_at=T0 - TTL)
+    high = JobRunFactory(job=job, state=RunState.PENDING, priority=5, due_at=T0)
+    JobRunFactory(job=job, state=RunState.PENDING, due_at=T0 + TTL)  # not due yet
+    first = coordinator.claim_pending("a", [job.pk], 1, T0, T0 + TTL)
+    second = coordinator.claim_pending("b", [job.pk], 5, T0, T0 + TTL)
+    assert [w.run_id for w in first] == [high.pk] and [w.run_id for w in second] == [low.pk]
+    assert coordinator.next_pending_due([job.pk]) == T0 + TTL
+    assert coordinator.claim_pending("c", [job.pk + 999], 5, T0, T0 + TTL) == []
+
+
+def test_hand_back_makes_the_run_pending_at_once(coordinator):
+    job = JobDefinitionFactory()
+    run = RunningRunFactory(job=job, node="a")
+    assert coordinator.hand_back(Won(run.pk, job.pk, run.key), "a", T0) == RunState.PENDING
+    run.refresh_from_db()
+    assert (run.state, run.due_at, run.fence, run.attempt) == (RunState.PENDING, T0, 2, 2)
+    assert coordinator.hand_back(Won(run.pk, job.pk, run.key), "a", T0) is None
+
+
+def test_mark_dead_nodes(coordinator):
+    WorkerNodeFactory(node_id="old", last_heartbeat=T0 - timedelta(minutes=2))
+    WorkerNodeFactory(node_id="fresh", last_heartbeat=T0)
+    WorkerNodeFactory(
+        node_id="gone", status=NodeStatus.STOPPED, last_heartbeat=T0 - timedelta(hours=1)
+    )
+    assert coordinator.mark_dead_nodes(T0, timedelta(minutes=1), "leader") == ["old"]
+    statuses = dict(WorkerNode.objects.values_list("node_id", "status"))
+    assert statuses == {"old": "dead", "fresh": "active", "gone": "stopped"}
+    assert ClusterEvent.objects.get().node == "old"
+
+
+def test_purge_keeps_live_runs_recent_runs_and_the_latest_of_each_job(coordinator):
+    job, other = JobDefinitionFactory(), JobDefinitionFactory()
+    old = T0 - timedelta(days=30)
+    doomed = JobRunFactory(job=job, scheduled_at=old, finished_at=old)
+    latest_of_other = JobRunFactory(job=other, scheduled_at=old, finished_at=old)
+    live = RunningRunFactory(job=job, scheduled_at=old)
+    recent = JobRunFactory(job=job, scheduled_at=T0 - timedelta(days=1), finished_at=T0)
+    assert coordinator.purge(T0, timedelta(days=14)) == 1
+    remaining = set(JobRun.objects.values_list("pk", flat=True))
+    assert remaining == {latest_of_other.pk, live.pk, recent.pk}
+    assert doomed.pk not in remaining
+
+
+def test_retention_is_never_shorter_than_twice_the_longest_interval():
+    from types import SimpleNamespace
+
+    from django_cluster_jobs.engine.leader import retention
+    from django_cluster_jobs.schedules import Every
+
+    planned = [
+        SimpleNamespace(
+            schedule=Every(timedelta(days=20)), definition=SimpleNamespace(catch_up_window=None)
+        )
+    ]
+    assert retention(planned) == timedelta(days=40)
+
+
+def test_cluster_lock_is_exclusive_fenced_and_released():
+    with cluster_lock("reports", ttl=5) as first:
+        assert first.fence == 1
+        with pytest.raises(LockNotAcquired), cluster_lock("reports", ttl=5):
+            pass
+    with cluster_lock("reports", ttl=5) as second:
+        assert second.fence == 2 and not second.is_lost
+
+
+def test_cluster_lock_renews_itself_while_held():
+    with cluster_lock("long", ttl=0.6) as handle:
+        threading.Event().wait(1.5)  # longer than the ttl: renewal must keep it
+        assert not handle.is_lost
+        assert Lease.objects.get(name="lock:long").fence == handle.fence
+
+
+def test_cluster_lock_notices_when_it_is_lost():
+    with cluster_lock("stolen", ttl=0.6) as handle:
+        Lease.objects.filter(name="lock:stolen").update(
+            token="other", holder="other", fence=handle.fence + 1
+        )
+        assert handle.lost.wait(3)

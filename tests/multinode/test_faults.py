@@ -1,0 +1,216 @@
+"""Crashes, pauses, outages and skew under real scheduler processes."""
+
+from __future__ import annotations
+
+import signal
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from django_cluster_jobs import services
+from django_cluster_jobs.models import (
+    ClusterEvent,
+    EventKind,
+    JobRun,
+    Lease,
+    NodeStatus,
+    RunState,
+    WorkerNode,
+)
+from tests.conftest import wait_until
+from tests.models import Effect
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.multinode]
+
+
+def running_on(run: JobRun) -> str | None:
+    run.refresh_from_db()
+    return (
+        run.node
+        if run.state == RunState.RUNNING
+        and Effect.objects.filter(key=run.key, node=run.node).exists()
+        else None
+    )
+
+
+def two_nodes(start_scheduler, **env):
+    return {n: start_scheduler(n, "--duration", "40", **env) for n in ("x", "y")}
+
+
+def kinds(run: JobRun) -> list[str]:
+    return list(run.events.values_list("kind", flat=True))
+
+
+def test_killed_owner_at_least_once_run_is_taken_over(start_scheduler):
+    nodes = two_nodes(start_scheduler, jobs="every_second")
+    wait_until(lambda: WorkerNode.objects.filter(status="active").count() == 2, 30)
+    run = services.enqueue("tests.long")
+    owner = wait_until(lambda: running_on(run), 30)
+    first_fence = JobRun.objects.get(pk=run.pk).fence
+    nodes[owner].kill()
+    killed_at = timezone.now()
+    wait_until(lambda: JobRun.objects.get(pk=run.pk).state == RunState.SUCCEEDED, 40)
+    run.refresh_from_db()
+    survivor = "y" if owner == "x" else "x"
+    assert (run.attempt, run.node) == (2, survivor)
+    assert run.fence > first_fence and run.result == {"node": survivor, "attempt": 2}
+    assert EventKind.LEASE_EXPIRED in kinds(run) and EventKind.TAKEN_OVER in kinds(run)
+    # The next occurrences keep firing on the survivor.
+    assert JobRun.objects.filter(
+        job__name="tests.every_second",
+        node=survivor,
+        scheduled_at__gt=killed_at + timedelta(seconds=1),
+    ).exists()
+
+
+def test_killed_owner_at_most_once_run_is_lost_not_rerun(start_scheduler):
+    nodes = two_nodes(start_scheduler)
+    wait_until(lambda: WorkerNode.objects.filter(status="active").count() == 2, 30)
+    run = services.enqueue("tests.long_once")
+    owner = wait_until(lambda: running_on(run), 30)
+    nodes[owner].kill()
+    wait_until(lambda: JobRun.objects.get(pk=run.pk).state == RunState.LOST, 40)
+    time.sleep(1.0)  # bounded: a wrongful re-run would have started within a poll interval
+    run.refresh_from_db()
+    assert run.attempt == 1 and run.state == RunState.LOST and "lease expired" in run.reason
+    assert Effect.objects.filter(key=run.key).count() == 1, "an at-most-once run ran again"
+    assert EventKind.LOST in kinds(run)
+    nxt = services.enqueue("tests.manual", {"value": 1})
+    wait_until(lambda: JobRun.objects.get(pk=nxt.pk).state == RunState.SUCCEEDED, 20)
+
+
+def test_paused_owner_is_fenced_out_when_it_wakes(start_scheduler):
+    nodes = two_nodes(start_scheduler, CLUSTER_JOBS_TEST_LONG="4")
+    wait_until(lambda: WorkerNode.objects.filter(status="active").count() == 2, 30)
+    run = services.enqueue("tests.long")
+    owner = wait_until(lambda: running_on(run), 30)
+    owner_fence = JobRun.objects.get(pk=run.pk).fence
+    other = "y" if owner == "x" else "x"
+    nodes[owner].signal(signal.SIGSTOP)
+    try:
+        wait_until(lambda: JobRun.objects.filter(pk=run.pk, node=other, attempt=2).exists(), 30)
+    finally:
+        nodes[owner].signal(signal.SIGCONT)
+    fenced = wait_until(
+        lambda: run.events.filter(kind=EventKind.FENCED_OUT, node=owner).first(), 30
+    )
+    wait_until(lambda: JobRun.objects.get(pk=run.pk).state == RunState.SUCCEEDED, 30)
+    run.refresh_from_db()
+    assert run.node == other and run.result == {"node": other, "attempt": 2}
+    assert fenced.fence == owner_fence and run.fence > owner_fence
+    assert "fenced out" in nodes[owner].output()
+
+
+def test_leader_failover_within_the_lease_ttl(start_scheduler, settings):
+    nodes = {n: start_scheduler(n, "--duration", "40") for n in ("a", "b", "c")}
+    lease = wait_until(lambda: Lease.objects.filter(name="leader").exclude(holder="").first(), 30)
+    old_holder, old_fence = lease.holder, lease.fence
+    nodes[old_holder].kill()
+    killed = time.monotonic()
+    new = wait_until(
+        lambda: Lease.objects.filter(name="leader").exclude(holder__in=("", old_holder)).first(), 30
+    )
+    elapsed = time.monotonic() - killed
+    cfg = settings.CLUSTER_JOBS
+    assert elapsed <= cfg["LEADER_TTL"] + 2 * cfg["HEARTBEAT_INTERVAL"] + 1.0
+    assert new.fence > old_fence
+    assert ClusterEvent.objects.filter(
+        kind="leader_acquired", node=new.holder, fence=new.fence
+    ).exists()
+
+
+def test_dead_node_is_marked_dead_by_the_leader(start_scheduler):
+    nodes = two_nodes(start_scheduler)
+    wait_until(lambda: WorkerNode.objects.filter(status="active").count() == 2, 30)
+    nodes["x"].kill()
+    wait_until(lambda: WorkerNode.objects.get(node_id="x").status == NodeStatus.DEAD, 20)
+    assert ClusterEvent.objects.filter(kind="node_dead", node="x").exists()
+    assert WorkerNode.objects.get(node_id="y").status == NodeStatus.ACTIVE
+
+
+def test_drain_hands_back_what_cannot_finish(start_scheduler):
+    nodes = two_nodes(start_scheduler, CLUSTER_JOBS_GRACE="1", CLUSTER_JOBS_TEST_LONG="6")
+    wait_until(lambda: WorkerNode.objects.filter(status="active").count() == 2, 30)
+    run = services.enqueue("tests.long")
+    owner = wait_until(lambda: running_on(run), 30)
+    other = "y" if owner == "x" else "x"
+    assert services.request_drain([owner]) == 1
+    assert nodes[owner].wait(timeout=20) == 0
+    assert WorkerNode.objects.get(node_id=owner).status == NodeStatus.STOPPED
+    wait_until(lambda: JobRun.objects.filter(pk=run.pk, node=other, attempt=2).exists(), 10)
+    handed = run.events.get(kind=EventKind.HANDED_BACK)
+    taken = run.events.get(kind=EventKind.TAKEN_OVER)
+    assert (taken.at - handed.at).total_seconds() < 3.0 - 0.5, "waited for lease expiry"
+    wait_until(lambda: JobRun.objects.get(pk=run.pk).state == RunState.SUCCEEDED, 30)
+
+
+@pytest.mark.parametrize("skew", ["300", "-300"])
+def test_a_skewed_node_neither_double_runs_nor_steals_a_lease(start_scheduler, skew):
+    skewed = start_scheduler(
+        "skewed", "--duration", "14", jobs="every_second", CLUSTER_JOBS_TEST_SKEW=skew
+    )
+    wait_until(lambda: Lease.objects.filter(name="leader", holder="skewed").exists(), 30)
+    normal = start_scheduler(
+        "normal", "--duration", "12", jobs="every_second", CLUSTER_JOBS_TEST_LONG="5"
+    )
+    wait_until(lambda: WorkerNode.objects.filter(status="active").count() == 2, 30)
+    run = services.enqueue("tests.long")
+    for node in (skewed, normal):
+        assert node.wait(timeout=40) == 0, node.output()
+    run.refresh_from_db()
+    assert run.state == RunState.SUCCEEDED and run.attempt == 1, "a live lease was stolen"
+    every = sorted(
+        JobRun.objects.filter(job__name="tests.every_second").values_list("scheduled_at", flat=True)
+    )
+    assert len(every) == len(set(every)) >= 8
+    assert all(abs(at - timezone.now()) < timedelta(minutes=1) for at in every)
+    offset = WorkerNode.objects.get(node_id="skewed").clock_offset_ms
+    assert abs(offset + float(skew) * 1000) < 500
+
+
+@pytest.mark.postgresql
+def test_database_outage_fails_closed_and_resumes_without_restart(start_scheduler):
+    from tests.conftest import database_url
+    from tests.proxy import Proxy
+
+    s = connection.settings_dict
+    proxy = Proxy(s.get("HOST") or "127.0.0.1", int(s.get("PORT") or 5432))
+    url = database_url().replace(f":{s.get('PORT') or 5432}/", f":{proxy.port}/")
+    if f":{proxy.port}/" not in url:
+        url = url.replace(f"@{s.get('HOST') or '127.0.0.1'}/", f"@127.0.0.1:{proxy.port}/")
+    try:
+        nodes = [
+            start_scheduler(
+                n,
+                "--duration",
+                "22",
+                jobs="every_second",
+                DATABASE_URL=url,
+                CLUSTER_JOBS_LEASE_TTL="15",
+            )
+            for n in ("p", "q", "r")
+        ]
+        wait_until(lambda: JobRun.objects.filter(job__name="tests.every_second").count() >= 3, 30)
+        proxy.cut()
+        cut_at = timezone.now()
+        time.sleep(5)  # the outage itself
+        proxy.restore()
+        restored_at = timezone.now()
+        for node in nodes:
+            assert node.wait(timeout=45) == 0, node.output()
+    finally:
+        proxy.close()
+    runs = JobRun.objects.filter(job__name="tests.every_second")
+    effects = Effect.objects.filter(job="tests.every_second").values_list("key", flat=True)
+    assert len(effects) == len(set(effects)), "an occurrence ran twice"
+    assert not runs.filter(
+        scheduled_at__gt=cut_at + timedelta(seconds=1),
+        scheduled_at__lt=restored_at - timedelta(seconds=1),
+    ).exists()
+    resumed = runs.filter(scheduled_at__gt=restored_at + timedelta(seconds=2))
+    assert resumed.count() >= 3 and resumed.values("node").distinct().count() >= 2
+    skipped = WorkerNode.objects.values_list("skipped", flat=True)
+    assert sum(s.get("claim_failed", 0) for s in skipped) >= 3
