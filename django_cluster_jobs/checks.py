@@ -3,26 +3,93 @@
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from django.core import checks
+from django.db import connections
+from django.utils.module_loading import import_string
 
-from .conf import app_settings
+from .conf import Defaults, app_settings
 from .exceptions import ImproperlyConfigured
 
+SETTINGS_HINT = "Fix the CLUSTER_JOBS setting."
 
-@checks.register()
-def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """cluster_jobs.E001: CLUSTER_JOBS has an unknown key or an invalid value."""
-    app_settings.clear()
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _positive(value: object) -> bool:
+    return _number(value) and value > 0  # type: ignore[operator]
+
+
+def _count(value: object) -> bool:
+    return _positive(value) and isinstance(value, int)
+
+
+def _importable(value: object) -> bool:
+    if value is None:
+        return True
+    if not isinstance(value, str):
+        return False
     try:
-        from .coordination import get_coordinator
+        import_string(value)
+    except ImportError:
+        return False
+    return True
 
+
+def _tags(value: object) -> bool:
+    return isinstance(value, list | tuple | set | frozenset) and all(
+        isinstance(tag, str) for tag in value
+    )
+
+
+SECONDS = "a positive number of seconds"
+
+#: What each CLUSTER_JOBS value must be: key -> (test, description used in the message).
+#: DATABASE and COORDINATION are checked by building the coordinator.
+RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
+    "NODE_ID": (lambda v: v is None or (isinstance(v, str) and v != ""), "None or a non-empty str"),
+    "NODE_TAGS": (_tags, "a list or tuple of str"),
+    "EXECUTOR_THREADS": (_count, "a whole number, 1 or more"),
+    "CLAIM_BATCH_SIZE": (_count, "a whole number, 1 or more"),
+    "GRACE_PERIOD": (lambda v: _number(v) and v >= 0, "a number of seconds, 0 or more"),
+    "POLL_INTERVAL": (_positive, SECONDS),
+    "LEASE_TTL": (_positive, SECONDS),
+    "HEARTBEAT_INTERVAL": (_positive, SECONDS),
+    "DEAD_AFTER": (_positive, SECONDS),
+    "LEADER_TTL": (_positive, SECONDS),
+    "RETENTION_DAYS": (_positive, "a positive number of days"),
+    "CLOCK": (_importable, "None or the dotted path of an importable clock class"),
+    "EPOCH": (lambda v: isinstance(v, datetime) and v.utcoffset() is not None, "an aware datetime"),
+}
+
+
+def _value_errors() -> list[checks.CheckMessage]:
+    errors = []
+    for key, (valid, expected) in RULES.items():
+        value, default = getattr(app_settings, key), getattr(Defaults, key)
+        if not valid(value):
+            errors.append(
+                checks.Error(
+                    f"CLUSTER_JOBS[{key!r}] is {value!r}; it must be {expected}.",
+                    hint=f"Fix it, or remove the key to use the default {default!r}.",
+                    id="cluster_jobs.E001",
+                )
+            )
+    return errors
+
+
+def _coordination_errors() -> list[checks.CheckMessage]:
+    from .coordination import get_coordinator
+
+    try:
         get_coordinator()
     except ImproperlyConfigured as exc:
-        return [
-            checks.Error(str(exc), hint="Fix the CLUSTER_JOBS setting.", id="cluster_jobs.E001")
-        ]
+        return [checks.Error(str(exc), hint=SETTINGS_HINT, id="cluster_jobs.E001")]
     except Exception as exc:  # an unknown DATABASE alias, for instance
         return [
             checks.Error(
@@ -34,10 +101,32 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return []
 
 
-@checks.register(checks.Tags.database)
+@checks.register()
+def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """cluster_jobs.E001: CLUSTER_JOBS has an unknown key or an invalid value."""
+    app_settings.clear()
+    try:
+        errors = _value_errors()
+    except ImproperlyConfigured as exc:  # an unknown key: nothing else can be read
+        return [checks.Error(str(exc), hint=SETTINGS_HINT, id="cluster_jobs.E001")]
+    return errors + _coordination_errors()
+
+
+def _uses_sqlite_claims() -> bool:
+    try:
+        alias, kind = app_settings.DATABASE, app_settings.COORDINATION
+        vendor = connections[alias].vendor
+    except Exception:  # broken settings are cluster_jobs.E001's to report
+        return False
+    return vendor == "sqlite" and kind in ("auto", "sqlite")
+
+
+# Not tagged "database": it reads the sqlite3 library's version and never connects, so
+# `manage.py check` (not only `migrate` or `check --database`) reports it.
+@checks.register()
 def check_sqlite_version(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """cluster_jobs.E002: SQLite is older than 3.35 (no RETURNING)."""
-    if sqlite3.sqlite_version_info >= (3, 35):
+    """cluster_jobs.E002: the ledger is on SQLite older than 3.35 (no RETURNING)."""
+    if sqlite3.sqlite_version_info >= (3, 35) or not _uses_sqlite_claims():
         return []
     return [
         checks.Error(

@@ -1,0 +1,216 @@
+"""System checks: the exact messages, hints and ids."""
+
+from datetime import datetime
+from types import SimpleNamespace
+
+import pytest
+from django.core import checks
+from django.db import connection
+from django.test import override_settings
+
+from django_cluster_jobs import checks as cluster_checks
+from django_cluster_jobs.checks import check_settings, check_sqlite_version
+from django_cluster_jobs.conf import KNOWN
+
+SETTINGS_HINT = "Fix the CLUSTER_JOBS setting."
+on_sqlite = pytest.mark.skipif(
+    connection.vendor != "sqlite", reason=f"needs an SQLite test database, not {connection.vendor}"
+)
+on_postgresql = pytest.mark.skipif(
+    connection.vendor != "postgresql",
+    reason=f"needs a PostgreSQL test database, not {connection.vendor}",
+)
+
+
+def ours() -> list[checks.CheckMessage]:
+    """Every message of this app from a full run of the registered checks."""
+    return [m for m in checks.run_checks() if (m.id or "").startswith("cluster_jobs.")]
+
+
+def e001(msg: str, hint: str = SETTINGS_HINT) -> checks.Error:
+    return checks.Error(msg, hint=hint, id="cluster_jobs.E001")
+
+
+# -- cluster_jobs.E001 ----------------------------------------------------------------------------
+
+
+def test_no_errors_with_the_project_settings():
+    assert check_settings() == []
+    assert check_sqlite_version() == []
+    assert ours() == []
+
+
+@pytest.mark.parametrize("value", [{}, {"COORDINATION": "orm"}, {"COORDINATION": "auto"}])
+def test_no_errors_with_defaults_and_valid_choices(value):
+    with override_settings(CLUSTER_JOBS=value):
+        assert check_settings() == []
+        assert ours() == []
+
+
+def test_unknown_key():
+    valid = ", ".join(sorted(KNOWN))
+    expected = e001(f"Unknown CLUSTER_JOBS key(s) BOGUS; valid keys are {valid}.")
+    with override_settings(CLUSTER_JOBS={"BOGUS": 1, "EXECUTOR_THREADS": 0}):
+        assert check_settings() == [expected]
+        assert ours() == [expected]
+
+
+def test_unknown_coordination():
+    expected = e001(
+        "CLUSTER_JOBS['COORDINATION'] is 'bogus'; choose one of auto, postgresql, sqlite, orm."
+    )
+    with override_settings(CLUSTER_JOBS={"COORDINATION": "bogus"}):
+        assert check_settings() == [expected]
+        assert ours() == [expected]
+
+
+@on_sqlite
+def test_postgresql_coordination_on_sqlite():
+    expected = e001(
+        "CLUSTER_JOBS['COORDINATION'] is 'postgresql' but database 'default' is sqlite; "
+        "use 'auto' or 'orm'."
+    )
+    with override_settings(CLUSTER_JOBS={"COORDINATION": "postgresql"}):
+        assert check_settings() == [expected]
+        assert ours() == [expected]
+
+
+@on_postgresql
+def test_sqlite_coordination_on_postgresql():
+    expected = e001(
+        "CLUSTER_JOBS['COORDINATION'] is 'sqlite' but database 'default' is postgresql; "
+        "use 'auto' or 'orm'."
+    )
+    with override_settings(CLUSTER_JOBS={"COORDINATION": "sqlite"}):
+        assert check_settings() == [expected]
+
+
+def test_native_coordination_on_its_own_database():
+    with override_settings(CLUSTER_JOBS={"COORDINATION": connection.vendor}):
+        assert check_settings() == []
+
+
+def test_unknown_database_alias():
+    expected = e001(
+        "CLUSTER_JOBS is unusable: The connection 'ledger' doesn't exist.",
+        hint="Check CLUSTER_JOBS['DATABASE'] names an alias in DATABASES.",
+    )
+    with override_settings(CLUSTER_JOBS={"DATABASE": "ledger"}):
+        assert check_settings() == [expected]
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected", "default"),
+    [
+        ("EXECUTOR_THREADS", 0, "a whole number, 1 or more", 4),
+        ("EXECUTOR_THREADS", 2.5, "a whole number, 1 or more", 4),
+        ("CLAIM_BATCH_SIZE", True, "a whole number, 1 or more", 500),
+        ("LEASE_TTL", -1, "a positive number of seconds", 30.0),
+        ("HEARTBEAT_INTERVAL", "5", "a positive number of seconds", 5.0),
+        ("POLL_INTERVAL", 0, "a positive number of seconds", 1.0),
+        ("DEAD_AFTER", None, "a positive number of seconds", 60.0),
+        ("LEADER_TTL", 0.0, "a positive number of seconds", 15.0),
+        ("RETENTION_DAYS", -3, "a positive number of days", 14.0),
+        ("GRACE_PERIOD", -0.5, "a number of seconds, 0 or more", 30.0),
+        ("NODE_ID", "", "None or a non-empty str", None),
+        ("NODE_TAGS", "gpu", "a list or tuple of str", ()),
+        ("NODE_TAGS", ["gpu", 1], "a list or tuple of str", ()),
+        ("EPOCH", datetime(2026, 1, 1), "an aware datetime", "EPOCH"),
+        ("EPOCH", "1970-01-01", "an aware datetime", "EPOCH"),
+        (
+            "CLOCK",
+            "tests.nowhere.Clock",
+            "None or the dotted path of an importable clock class",
+            None,
+        ),
+        ("CLOCK", "Clock", "None or the dotted path of an importable clock class", None),
+        ("CLOCK", 5, "None or the dotted path of an importable clock class", None),
+    ],
+)
+def test_invalid_value(key, value, expected, default):
+    default = cluster_checks.Defaults.EPOCH if default == "EPOCH" else default
+    error = e001(
+        f"CLUSTER_JOBS[{key!r}] is {value!r}; it must be {expected}.",
+        hint=f"Fix it, or remove the key to use the default {default!r}.",
+    )
+    with override_settings(CLUSTER_JOBS={key: value}):
+        assert check_settings() == [error]
+        assert ours() == [error]
+
+
+@pytest.mark.parametrize(
+    ("key", "value"),
+    [
+        ("GRACE_PERIOD", 0),
+        ("NODE_ID", "node-a"),
+        ("NODE_TAGS", ["gpu", "eu"]),
+        ("NODE_TAGS", frozenset({"gpu"})),
+        ("LEASE_TTL", 1),
+        ("EPOCH", datetime.fromisoformat("2026-01-01T00:00:00+01:00")),
+        ("CLOCK", "django_cluster_jobs.engine.clock.Clock"),
+    ],
+)
+def test_valid_values(key, value):
+    with override_settings(CLUSTER_JOBS={key: value}):
+        assert check_settings() == []
+
+
+def test_every_invalid_value_is_reported_with_the_coordination():
+    with override_settings(
+        CLUSTER_JOBS={"LEASE_TTL": 0, "EXECUTOR_THREADS": 0, "COORDINATION": "bogus"}
+    ):
+        assert [error.msg for error in check_settings()] == [
+            "CLUSTER_JOBS['EXECUTOR_THREADS'] is 0; it must be a whole number, 1 or more.",
+            "CLUSTER_JOBS['LEASE_TTL'] is 0; it must be a positive number of seconds.",
+            "CLUSTER_JOBS['COORDINATION'] is 'bogus'; choose one of auto, postgresql, sqlite, orm.",
+        ]
+
+
+def test_every_setting_has_a_rule_or_is_checked_by_the_coordinator():
+    assert set(cluster_checks.RULES) | {"DATABASE", "COORDINATION"} == KNOWN
+
+
+# -- cluster_jobs.E002 ----------------------------------------------------------------------------
+
+OLD_SQLITE = SimpleNamespace(sqlite_version="3.31.1", sqlite_version_info=(3, 31, 1))
+E002 = checks.Error(
+    "SQLite 3.31.1 has no RETURNING clause (the SQLite claim needs it).",
+    hint="Upgrade SQLite to 3.35 or newer, or set CLUSTER_JOBS['COORDINATION'] = 'orm'.",
+    id="cluster_jobs.E002",
+)
+
+
+@on_sqlite
+def test_old_sqlite_is_reported_by_a_plain_check_run(monkeypatch):
+    monkeypatch.setattr(cluster_checks, "sqlite3", OLD_SQLITE)
+    assert check_sqlite_version() == [E002]
+    # Not a database-tagged check: `manage.py check` without --database reports it.
+    assert ours() == [E002]
+    with override_settings(CLUSTER_JOBS={"COORDINATION": "sqlite"}):
+        assert check_sqlite_version() == [E002]
+
+
+def test_old_sqlite_does_not_matter_on_the_orm_path(monkeypatch):
+    monkeypatch.setattr(cluster_checks, "sqlite3", OLD_SQLITE)
+    with override_settings(CLUSTER_JOBS={"COORDINATION": "orm"}):
+        assert check_sqlite_version() == []
+
+
+@on_postgresql
+def test_old_sqlite_does_not_matter_on_postgresql(monkeypatch):
+    monkeypatch.setattr(cluster_checks, "sqlite3", OLD_SQLITE)
+    assert check_sqlite_version() == []
+
+
+def test_old_sqlite_with_broken_settings_leaves_the_report_to_e001(monkeypatch):
+    monkeypatch.setattr(cluster_checks, "sqlite3", OLD_SQLITE)
+    with override_settings(CLUSTER_JOBS={"BOGUS": 1}):
+        assert check_sqlite_version() == []
+
+
+def test_checks_are_registered_without_the_database_tag():
+    registered = checks.registry.registry.get_checks()
+    assert check_settings in registered
+    assert check_sqlite_version in registered
+    assert checks.Tags.database not in check_settings.tags
+    assert checks.Tags.database not in check_sqlite_version.tags
