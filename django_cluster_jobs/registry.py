@@ -196,7 +196,8 @@ def _check_choice(job_name: str, field_name: str, value: str, choices: tuple[str
         raise ImproperlyDeclared(job_name, field_name, value, f"choose one of {', '.join(choices)}")
 
 
-def _check_payload(job_name: str, payload: dict) -> dict:
+def check_payload(job_name: str, payload: dict) -> dict:
+    """Return ``payload`` if it is a dict of JSON values with str keys, else raise InvalidPayload."""
     if not isinstance(payload, dict):
         raise InvalidPayload(job_name, TypeError("the payload must be a dict of keyword arguments"))
     if not all(isinstance(key, str) for key in payload):
@@ -228,7 +229,7 @@ def _build(func: Callable[..., Any], options: dict[str, Any]) -> Job:
     if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
         raise ImproperlyDeclared(name, "max_attempts", attempts, "use a whole number, 1 or more")
     payload = options["payload"]
-    options["payload"] = _check_payload(name, {} if payload is None else payload)
+    options["payload"] = check_payload(name, {} if payload is None else payload)
     options["requires"] = frozenset(options["requires"] or ())
     options["backoff"] = dict(options["backoff"] or {})
     return Job(name=name, func=func, schedule=schedule, **options)

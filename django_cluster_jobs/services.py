@@ -6,7 +6,7 @@ Nothing else writes the ledger behind the protocol's back.
 from __future__ import annotations
 
 import uuid
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -24,7 +24,10 @@ from .models import (
     RunState,
     WorkerNode,
 )
-from .registry import _check_payload, registry
+from .registry import check_payload, registry
+
+#: ``paused_until`` of a job paused with no end (until resumed).
+FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
 
 
 def definition_for(name: str, using: str | None = None) -> JobDefinition:
@@ -53,7 +56,7 @@ def enqueue(
     """Create a pending run of job ``name``; with ``key``, a second call returns the first run."""
     using = using or app_settings.DATABASE
     definition = definition_for(name, using)
-    payload = _check_payload(name, payload or {})
+    payload = check_payload(name, payload or {})
     now = timezone.now()
     due = at or now
     run_key = f"{outcome}:{key}" if key else f"{outcome}:{uuid.uuid4().hex}"
@@ -105,3 +108,67 @@ def request_cancel(run: JobRun, by: str = "", using: str | None = None) -> bool:
             at=timezone.now(),
         )
     return bool(updated)
+
+
+def trigger(
+    name: str, payload: dict[str, Any] | None = None, *, by: str = "", using: str | None = None
+) -> JobRun:
+    """Run a job now, outside its schedule (the admin's "run now"); returns the pending run."""
+    run = enqueue(name, payload, outcome=Outcome.MANUAL, using=using)
+    if by:
+        JobRun.objects.using(run._state.db).filter(pk=run.pk).update(reason=f"triggered by {by}")
+    return run
+
+
+def pause(
+    name: str,
+    *,
+    until: datetime | None = None,
+    reason: str = "paused by an operator",
+    using: str | None = None,
+) -> bool:
+    """Stop firing a job (until ``until``, or until resumed); nodes re-plan within a heartbeat."""
+    using = using or app_settings.DATABASE
+    return bool(
+        JobDefinition.objects.using(using)
+        .filter(name=name)
+        .update(paused_until=until or FOREVER, pause_reason=reason, updated_at=timezone.now())
+    )
+
+
+def resume(name: str, using: str | None = None) -> bool:
+    """Resume a paused job (also a breaker-opened one) at once."""
+    using = using or app_settings.DATABASE
+    return bool(
+        JobDefinition.objects.using(using)
+        .filter(name=name)
+        .update(paused_until=None, pause_reason="", updated_at=timezone.now())
+    )
+
+
+def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
+    """Run a finished (typically dead-lettered) run again as a fresh run linked to it."""
+    using = using or app_settings.DATABASE
+    now = timezone.now()
+    fresh = JobRun.objects.using(using).create(
+        job_id=run.job_id,
+        key=f"{Outcome.REPLAY}:{uuid.uuid4().hex}",
+        scheduled_at=run.scheduled_at,
+        due_at=now,
+        state=RunState.PENDING,
+        outcome=Outcome.REPLAY,
+        priority=run.priority,
+        payload=run.payload,
+        origin=run,
+        created_at=now,
+        reason=f"replay of run {run.pk}",
+    )
+    RunEvent.objects.using(using).create(
+        run_id=run.pk,
+        kind=EventKind.REPLAYED,
+        node=by,
+        at=now,
+        reason=f"replayed as run {fresh.pk}",
+    )
+    transaction.on_commit(get_coordinator(using).notify_pending, using=using)
+    return fresh
