@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core import checks
@@ -63,6 +63,16 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "DEAD_AFTER": (_positive, SECONDS),
     "LEADER_TTL": (_positive, SECONDS),
     "RETENTION_DAYS": (_positive, "a positive number of days"),
+    "QUEUE_LIMITS": (
+        lambda v: (
+            isinstance(v, dict) and all(isinstance(q, str) and _count(n) for q, n in v.items())
+        ),
+        "a dict of queue name to a whole number, 1 or more",
+    ),
+    "PRIORITY_AGING": (
+        lambda v: v is None or (_number(v) and v >= 0),
+        "None or seconds, 0 or more",
+    ),
     "CLOCK": (_importable, "None or the dotted path of an importable clock class"),
     "EPOCH": (lambda v: isinstance(v, datetime) and v.utcoffset() is not None, "an aware datetime"),
 }
@@ -134,4 +144,84 @@ def check_sqlite_version(app_configs: Any = None, **kwargs: Any) -> list[checks.
             hint="Upgrade SQLite to 3.35 or newer, or set CLUSTER_JOBS['COORDINATION'] = 'orm'.",
             id="cluster_jobs.E002",
         )
+    ]
+
+
+def _settings_readable() -> bool:
+    try:
+        return not _value_errors()
+    except ImproperlyConfigured:
+        return False
+
+
+@checks.register()
+def check_retention(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """cluster_jobs.W001: retention is shorter than twice a job's interval or catch-up window."""
+    if not _settings_readable():
+        return []
+    from .registry import registry
+
+    keep = timedelta(days=app_settings.RETENTION_DAYS)
+    warnings = []
+    for declared in registry:
+        span = max(
+            declared.schedule.longest_gap() or timedelta(0),
+            declared.catch_up_window or timedelta(0),
+        )
+        if keep < 2 * span:
+            warnings.append(
+                checks.Warning(
+                    f"Job {declared.name!r}: RETENTION_DAYS ({app_settings.RETENTION_DAYS:g}) is "
+                    f"shorter than twice its interval or catch-up window ({span}).",
+                    hint=f"Set CLUSTER_JOBS['RETENTION_DAYS'] to at least "
+                    f"{2 * span / timedelta(days=1):g}; the leader keeps runs that long anyway.",
+                    id="cluster_jobs.W001",
+                )
+            )
+    return warnings
+
+
+@checks.register()
+def check_timings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """cluster_jobs.W002: a lease or the dead-node threshold fits fewer than two heartbeats."""
+    if not _settings_readable():
+        return []
+    beat = app_settings.HEARTBEAT_INTERVAL
+    warnings = []
+    for key in ("LEASE_TTL", "LEADER_TTL", "DEAD_AFTER"):
+        value = getattr(app_settings, key)
+        if value < 2 * beat:
+            warnings.append(
+                checks.Warning(
+                    f"CLUSTER_JOBS['{key}'] ({value:g}s) is shorter than two heartbeats "
+                    f"(HEARTBEAT_INTERVAL is {beat:g}s): one late heartbeat loses it.",
+                    hint=f"Make {key} at least {2 * beat:g}s, or beat more often.",
+                    id="cluster_jobs.W002",
+                )
+            )
+    return warnings
+
+
+@checks.register(checks.Tags.database)
+def check_stored_callables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """cluster_jobs.E003: a stored job definition names a callable that no code registers."""
+    from .models import JobDefinition
+    from .registry import registry
+
+    try:
+        rows = list(
+            JobDefinition.objects.using(app_settings.DATABASE).values_list("name", "callable_name")
+        )
+    except Exception:  # tables not migrated yet: nothing stored to check
+        return []
+    return [
+        checks.Error(
+            f"Job {name!r} names the callable {callable_name!r}, which is not registered; "
+            "no node will run it.",
+            hint="Declare it with @job in an app's jobs.py, or point the definition at one of: "
+            f"{', '.join(registry.names())}.",
+            id="cluster_jobs.E003",
+        )
+        for name, callable_name in rows
+        if callable_name not in registry
     ]

@@ -28,6 +28,13 @@ class Defaults:
     GRACE_PERIOD: float = 30.0
     #: Seconds between polls for pending runs on databases without notifications.
     POLL_INTERVAL: float = 1.0
+    #: Seconds a pending run waits to gain one priority point (aging, so low priorities cannot
+    #: starve): runs are taken by ``priority + seconds overdue / PRIORITY_AGING``, highest first.
+    #: None or 0 turns aging off (strict priority order).
+    PRIORITY_AGING: float | None = 60.0
+    #: Cluster-wide limits of running runs per queue, e.g. {"reports": 2}; queues not listed
+    #: are unlimited.
+    QUEUE_LIMITS: dict[str, int] = {}
     #: Database alias holding the ledger tables.
     DATABASE: str = "default"
     #: "auto", "postgresql", "sqlite" or "orm".

@@ -73,8 +73,18 @@ class JobDefinition(models.Model):
     overlap = models.CharField(max_length=12, choices=Overlap.choices, default=Overlap.SKIP)
     misfire = models.CharField(max_length=10, choices=Misfire.choices, default=Misfire.FIRE_ONCE)
     catch_up_window = models.DurationField(null=True, blank=True)
+    catch_up_limit = models.PositiveIntegerField(
+        default=10, help_text=_("Most missed occurrences run by the run_all misfire policy.")
+    )
     max_attempts = models.PositiveIntegerField(default=1)
     backoff = models.JSONField(default=dict, blank=True)
+    breaker_threshold = models.PositiveIntegerField(
+        null=True, blank=True, help_text=_("Consecutive failed runs that pause the job.")
+    )
+    breaker_cooldown = models.DurationField(null=True, blank=True)
+    executor = models.CharField(
+        max_length=10, default="thread", help_text=_("thread, or process for a hard timeout.")
+    )
     timeout = models.DurationField(null=True, blank=True)
     priority = models.IntegerField(default=0)
     queue = models.CharField(max_length=100, default="default")
@@ -165,6 +175,9 @@ class JobRun(models.Model):
     traceback = models.TextField(blank=True)
     reason = models.CharField(max_length=200, blank=True)
     cancel_requested = models.BooleanField(default=False)
+    #: The job's id on scheduled runs of jobs that allow no overlap; a partial unique index on
+    #: live runs then lets at most one such run be pending or running in the whole cluster.
+    lane = models.BigIntegerField(null=True, blank=True, editable=False)
     origin = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="followers"
     )
@@ -178,7 +191,12 @@ class JobRun(models.Model):
         ordering = ["-scheduled_at", "-id"]
         verbose_name = _("run")
         constraints = [
-            models.UniqueConstraint(fields=["job", "key"], name="cluster_jobs_run_claim")
+            models.UniqueConstraint(fields=["job", "key"], name="cluster_jobs_run_claim"),
+            models.UniqueConstraint(
+                fields=["lane"],
+                condition=Q(state__in=("pending", "running")),
+                name="cluster_jobs_run_one_live",
+            ),
         ]
         indexes = [
             models.Index(
@@ -296,6 +314,8 @@ class ClusterEventKind(models.TextChoices):
     NODE_REVIVED = "node_revived", _("dead node came back")
     PURGED = "purged", _("ledger purged")
     REAPED = "reaped", _("expired leases reaped")
+    BREAKER_OPENED = "breaker_opened", _("circuit breaker opened")
+    CAUGHT_UP = "caught_up", _("missed occurrences settled")
 
 
 class ClusterEvent(models.Model):

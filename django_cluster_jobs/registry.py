@@ -21,11 +21,13 @@ from .exceptions import (
     RegistryNotReady,
     UnknownJob,
 )
+from .retry import Backoff
 
 PLACEMENTS = ("cluster", "every_node")
 DELIVERIES = ("at_least_once", "at_most_once")
 OVERLAPS = ("skip", "allow", "buffer_one", "cancel_other")
 MISFIRES = ("fire_once", "skip", "run_all")
+EXECUTORS = ("thread", "process")
 
 
 @dataclass(frozen=True)
@@ -40,9 +42,14 @@ class Job:
     overlap: str = "skip"
     misfire: str = "fire_once"
     catch_up_window: timedelta | None = None
+    catch_up_limit: int = 10
     max_attempts: int = 1
     backoff: dict = field(default_factory=dict)
+    dont_retry: tuple[type[BaseException], ...] = ()
+    breaker_threshold: int | None = None
+    breaker_cooldown: timedelta | None = None
     timeout: timedelta | None = None
+    executor: str = "thread"
     priority: int = 0
     queue: str = "default"
     max_concurrency: int | None = None
@@ -74,9 +81,13 @@ class Job:
             "overlap": self.overlap,
             "misfire": self.misfire,
             "catch_up_window": self.catch_up_window,
+            "catch_up_limit": self.catch_up_limit,
             "max_attempts": self.max_attempts,
             "backoff": self.backoff,
+            "breaker_threshold": self.breaker_threshold,
+            "breaker_cooldown": self.breaker_cooldown,
             "timeout": self.timeout,
+            "executor": self.executor,
             "priority": self.priority,
             "queue": self.queue,
             "max_concurrency": self.max_concurrency,
@@ -197,7 +208,7 @@ def _check_choice(job_name: str, field_name: str, value: str, choices: tuple[str
 
 
 def check_payload(job_name: str, payload: dict) -> dict:
-    """Return ``payload`` if it is a dict of JSON values with str keys, else raise InvalidPayload."""
+    """Return ``payload`` if it is a dict of JSON values with str keys; else InvalidPayload."""
     if not isinstance(payload, dict):
         raise InvalidPayload(job_name, TypeError("the payload must be a dict of keyword arguments"))
     if not all(isinstance(key, str) for key in payload):
@@ -232,7 +243,29 @@ def _build(func: Callable[..., Any], options: dict[str, Any]) -> Job:
     options["payload"] = check_payload(name, {} if payload is None else payload)
     options["requires"] = frozenset(options["requires"] or ())
     options["backoff"] = dict(options["backoff"] or {})
+    Backoff.from_dict(name, options["backoff"])
+    _check_policies(name, options)
     return Job(name=name, func=func, schedule=schedule, **options)
+
+
+def _check_policies(name: str, options: dict[str, Any]) -> None:
+    _check_choice(name, "executor", options["executor"], EXECUTORS)
+    for key in ("breaker_threshold", "max_concurrency"):
+        value = options[key]
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise ImproperlyDeclared(name, key, value, "use a whole number, 1 or more, or None")
+    if options["catch_up_limit"] < 1:
+        raise ImproperlyDeclared(name, "catch_up_limit", options["catch_up_limit"], "use 1 or more")
+    for key in ("timeout", "breaker_cooldown", "catch_up_window"):
+        value = options[key]
+        if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
+            raise ImproperlyDeclared(name, key, value, "use a positive datetime.timedelta")
+    if options["breaker_threshold"] and options["breaker_cooldown"] is None:
+        options["breaker_cooldown"] = timedelta(minutes=5)
+    retry_never = tuple(options["dont_retry"] or ())
+    if not all(isinstance(t, type) and issubclass(t, BaseException) for t in retry_never):
+        raise ImproperlyDeclared(name, "dont_retry", retry_never, "list exception classes")
+    options["dont_retry"] = retry_never
 
 
 @overload
@@ -252,9 +285,14 @@ def job(
     overlap: str = "skip",
     misfire: str = "fire_once",
     catch_up_window: timedelta | None = None,
+    catch_up_limit: int = 10,
     max_attempts: int = 1,
     backoff: dict | None = None,
+    dont_retry: tuple[type[BaseException], ...] = (),
+    breaker_threshold: int | None = None,
+    breaker_cooldown: timedelta | None = None,
     timeout: timedelta | None = None,
+    executor: str = "thread",
     priority: int = 0,
     queue: str = "default",
     max_concurrency: int | None = None,
@@ -277,9 +315,14 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         "overlap": "skip",
         "misfire": "fire_once",
         "catch_up_window": None,
+        "catch_up_limit": 10,
         "max_attempts": 1,
         "backoff": None,
+        "dont_retry": (),
+        "breaker_threshold": None,
+        "breaker_cooldown": None,
         "timeout": None,
+        "executor": "thread",
         "priority": 0,
         "queue": "default",
         "max_concurrency": None,

@@ -172,3 +172,15 @@ def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
     )
     transaction.on_commit(get_coordinator(using).notify_pending, using=using)
     return fresh
+
+
+def set_enabled(names: list[str], *, enabled: bool, using: str | None = None) -> list[str]:
+    """Enable or disable jobs by name; nodes re-plan within a heartbeat. Return those changed."""
+    using = using or app_settings.DATABASE
+    with transaction.atomic(using=using):
+        jobs = JobDefinition.objects.using(using).filter(name__in=names).exclude(enabled=enabled)
+        changed = list(jobs.select_for_update().values_list("name", flat=True))
+        JobDefinition.objects.using(using).filter(name__in=changed).update(
+            enabled=enabled, updated_at=timezone.now()
+        )
+    return changed

@@ -1,10 +1,36 @@
-"""Django signals for the run lifecycle; send with ``sender`` = the job name."""
+"""Django signals for the run lifecycle.
+
+Each is sent once per event, by the node whose fenced write recorded it, with ``sender`` = the
+job name and these keyword arguments: ``run_id``, ``job``, ``key``, ``node``, ``attempt``, plus:
+
+- ``run_started``: nothing more.
+- ``run_succeeded``: ``result``.
+- ``run_failed``: ``state`` (failed or timed_out), ``error``, ``will_retry``.
+- ``run_retried``: ``due_at`` of the next attempt.
+- ``run_dead_lettered``: ``error``.
+- ``run_skipped``: ``reason``.
+- ``run_lost``: ``reason``.
+
+Receivers run in the scheduler's threads; an exception in one is logged, never raised.
+"""
+
+import logging
 
 from django.dispatch import Signal
 
-#: Sent when a handler starts. Arguments: run_id, job, key, node, attempt.
+logger = logging.getLogger(__name__)
+
 run_started = Signal()
-#: Sent when a run ends succeeded. Arguments: run_id, job, key, node, attempt, result.
 run_succeeded = Signal()
-#: Sent when a run ends failed. Arguments: run_id, job, key, node, attempt, error.
 run_failed = Signal()
+run_retried = Signal()
+run_dead_lettered = Signal()
+run_skipped = Signal()
+run_lost = Signal()
+
+
+def send(signal: Signal, job: str, **kwargs: object) -> None:
+    """Send ``signal`` for ``job``; log (never raise) what a receiver raised."""
+    for receiver, response in signal.send_robust(sender=job, job=job, **kwargs):
+        if isinstance(response, Exception):
+            logger.error("signal receiver %r failed: %s", receiver, response, exc_info=response)

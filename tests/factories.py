@@ -18,6 +18,7 @@ class JobDefinitionFactory(factory.django.DjangoModelFactory):
     source = models.Source.DATABASE
     schedule_kind = models.ScheduleKind.CRON
     cron = "* * * * *"
+    overlap = models.Overlap.ALLOW
 
 
 class JobRunFactory(factory.django.DjangoModelFactory):

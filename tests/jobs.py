@@ -90,3 +90,170 @@ def long(ctx: RunContext) -> dict:
 @job(name="tests.long_once", delivery="at_most_once")
 def long_once(ctx: RunContext) -> dict:
     return _hold(ctx)
+
+
+# -- policies (retries, timeouts, overlap, tags) ------------------------------------------------
+
+
+@job(name="tests.flaky", max_attempts=3, backoff={"kind": "exponential", "base": 10, "cap": 15})
+def flaky(ctx: RunContext, succeed_on: int = 99) -> int:
+    record(ctx)
+    if ctx.attempt < succeed_on:
+        raise RuntimeError(f"attempt {ctx.attempt} fails")
+    return ctx.attempt
+
+
+@job(name="tests.no_retry", max_attempts=3, dont_retry=(ValueError,))
+def no_retry(ctx: RunContext) -> None:
+    record(ctx)
+    raise ValueError("bad input is never retried")
+
+
+@job(name="tests.breaker", breaker_threshold=2, breaker_cooldown=timedelta(minutes=1))
+def breaker(ctx: RunContext) -> None:
+    raise RuntimeError("down")
+
+
+@job(name="tests.polite", timeout=timedelta(seconds=0.3))
+def polite(ctx: RunContext) -> str:
+    """Sleeps up to 5 s but stops as soon as it is cancelled."""
+    record(ctx)
+    ctx.wait(5)
+    return "cancelled" if ctx.cancelled else "finished"
+
+
+@job(name="tests.stubborn", timeout=timedelta(seconds=0.2))
+def stubborn(ctx: RunContext) -> None:
+    """Ignores cancellation for 3 s (a thread cannot be killed)."""
+    time.sleep(3)
+
+
+@job(name="tests.hang", executor="process", timeout=timedelta(seconds=1))
+def hang(ctx: RunContext) -> None:
+    """Hangs; the process executor kills it at its deadline."""
+    time.sleep(60)
+
+
+@job(name="tests.cancellable")
+def cancellable(ctx: RunContext) -> str:
+    record(ctx)
+    ctx.wait(20)
+    return "cancelled" if ctx.cancelled else "finished"
+
+
+def _busy(ctx: RunContext, seconds: float = 2.5) -> None:
+    record(ctx)
+    ctx.wait(seconds)
+
+
+@job(name="tests.overlap_skip", cron="* * * * * *", enabled="overlap_skip" in ENABLED)
+def overlap_skip(ctx: RunContext) -> None:
+    _busy(ctx)
+
+
+@job(
+    name="tests.overlap_allow",
+    cron="* * * * * *",
+    overlap="allow",
+    enabled="overlap_allow" in ENABLED,
+)
+def overlap_allow(ctx: RunContext) -> None:
+    _busy(ctx)
+
+
+@job(
+    name="tests.overlap_buffer",
+    cron="* * * * * *",
+    overlap="buffer_one",
+    enabled="overlap_buffer" in ENABLED,
+)
+def overlap_buffer(ctx: RunContext) -> None:
+    _busy(ctx)
+
+
+@job(
+    name="tests.overlap_cancel",
+    cron="* * * * * *",
+    overlap="cancel_other",
+    enabled="overlap_cancel" in ENABLED,
+)
+def overlap_cancel(ctx: RunContext) -> None:
+    _busy(ctx, 30)
+
+
+@job(
+    name="tests.concurrent",
+    cron="* * * * * *",
+    overlap="allow",
+    max_concurrency=2,
+    enabled="concurrent" in ENABLED,
+)
+def concurrent(ctx: RunContext) -> None:
+    _busy(ctx, 3.5)
+
+
+@job(name="tests.gpu", cron="* * * * * *", requires={"gpu"}, enabled="gpu" in ENABLED)
+def gpu(ctx: RunContext) -> None:
+    record(ctx)
+
+
+# Misfire policies after an outage (tests/multinode/test_misfire.py). Overlap is "allow" so the
+# test measures catch-up alone; the catch-up lane of overlap="skip" jobs is tested in-process.
+@job(
+    name="tests.misfire_once",
+    every=timedelta(seconds=2),
+    overlap="allow",
+    enabled="misfire_once" in ENABLED,
+)
+def misfire_once(ctx: RunContext) -> None:
+    record(ctx)
+
+
+@job(
+    name="tests.misfire_skip",
+    every=timedelta(seconds=2),
+    overlap="allow",
+    misfire="skip",
+    enabled="misfire_skip" in ENABLED,
+)
+def misfire_skip(ctx: RunContext) -> None:
+    record(ctx)
+
+
+@job(
+    name="tests.misfire_all",
+    every=timedelta(seconds=2),
+    overlap="allow",
+    misfire="run_all",
+    catch_up_limit=3,
+    enabled="misfire_all" in ENABLED,
+)
+def misfire_all(ctx: RunContext) -> None:
+    record(ctx)
+
+
+@job(
+    name="tests.queue_a",
+    cron="* * * * * *",
+    overlap="allow",
+    queue="limited",
+    enabled="queue_a" in ENABLED,
+)
+def queue_a(ctx: RunContext) -> None:
+    _busy(ctx, 3.5)
+
+
+@job(
+    name="tests.queue_b",
+    cron="* * * * * *",
+    overlap="allow",
+    queue="limited",
+    enabled="queue_b" in ENABLED,
+)
+def queue_b(ctx: RunContext) -> None:
+    _busy(ctx, 3.5)
+
+
+@job(name="tests.pair", overlap="allow", max_concurrency=2)
+def pair(ctx: RunContext) -> None:
+    _busy(ctx, 1.5)

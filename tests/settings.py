@@ -21,6 +21,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "rest_framework",
     "django_cluster_jobs",
     "tests",
 ]
@@ -69,6 +70,7 @@ CLUSTER_JOBS = {
     "COORDINATION": env.str("CLUSTER_JOBS_COORDINATION", default="auto"),
     "EXECUTOR_THREADS": 4,
     "CLOCK": "tests.clocks.EnvSkewedClock",
+    "QUEUE_LIMITS": {"limited": 2},
 }
 
 LOGGING = {

@@ -11,8 +11,9 @@ from django.db import connections, transaction
 from django.db.models import Count, F, Max, Q
 from django.db.models.functions import Now
 
-from ..models import EventKind, JobDefinition, JobRun, RunEvent, RunState, WorkerNode
+from ..models import EventKind, JobDefinition, JobRun, Lease, RunEvent, RunState, WorkerNode
 from .ownership import OwnershipMixin
+from .policies import PolicyMixin
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def window_decision(
     return None if due <= now else due
 
 
-class Coordinator(OwnershipMixin):
+class Coordinator(OwnershipMixin, PolicyMixin):
     """The operations the node loop needs from the database; subclasses speed up the hot ones."""
 
     vendor = "orm"
@@ -151,6 +152,18 @@ class Coordinator(OwnershipMixin):
         else:  # SQLite and friends: a no-op write takes the database's write lock.
             jobs.update(enabled=F("enabled"))
 
+    def lock_queue(self, queue: str) -> None:
+        """Serialise gated claims of one queue until the transaction ends (a lease row)."""
+        from .leases import _ensure
+
+        name = f"queue:{queue}"
+        _ensure(self.alias, name)
+        rows = Lease.objects.using(self.alias).filter(name=name)
+        if self.connection.features.has_select_for_update:
+            list(rows.select_for_update().values_list("pk"))
+        else:
+            rows.update(fence=F("fence"))
+
     def _latest(self, job_id: int) -> tuple[str, datetime | None] | None:
         row = (
             JobRun.objects.using(self.alias)
@@ -189,7 +202,7 @@ class Coordinator(OwnershipMixin):
                 )
             )
             kind = state if updated else EventKind.FENCED_OUT
-            reason = error.splitlines()[0][:500] if error and updated else ""
+            reason = f"{error}\n\n{traceback}".strip()
             if not updated:
                 reason = f"completion as {state} rejected: fence {won.fence} is stale"
             self.record(won.run_id, kind, node, won.fence, reason, now)
@@ -239,13 +252,23 @@ class Coordinator(OwnershipMixin):
         return (agg["n"], agg["last"])
 
 
-def enabled_job_ids(alias: str, job_ids: set[int], now: datetime) -> set[int]:
-    """Return the ids among ``job_ids`` that are enabled and not paused at ``now``."""
-    return set(
+def enabled_job_ids(alias: str, job_ids: set[int], now: datetime) -> dict[int, JobDefinition]:
+    """Return the definitions among ``job_ids`` that are enabled and not paused at ``now``."""
+    rows = (
         JobDefinition.objects.using(alias)
         .filter(pk__in=job_ids, enabled=True)
         .filter(Q(paused_until__isnull=True) | Q(paused_until__lte=now))
-        .values_list("pk", flat=True)
+    )
+    return {row.pk: row for row in rows}
+
+
+def takes_lane(definition: JobDefinition, outcome: str) -> bool:
+    """True when a claimed run holds its job's lane (no overlap); mirrors sql.LANED."""
+    return (
+        definition.overlap == "skip"
+        and (definition.max_concurrency or 1) <= 1
+        and definition.placement == "cluster"
+        and outcome in ("won", "catch_up", "external")
     )
 
 

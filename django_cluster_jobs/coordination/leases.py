@@ -27,13 +27,20 @@ class Held:
     acquired: bool  # True when this call took it over (a change of holder)
 
 
+#: (alias, name) of lease rows known to exist, so renewals skip the existence check.
+_EXISTING: set[tuple[str, str]] = set()
+
+
 def _ensure(alias: str, name: str) -> None:
+    if (alias, name) in _EXISTING:
+        return
     if not Lease.objects.using(alias).filter(name=name).exists():
         try:
             with transaction.atomic(using=alias):
                 Lease.objects.using(alias).create(name=name)
         except IntegrityError:
             pass  # created by a racer: fine
+    _EXISTING.add((alias, name))
 
 
 def acquire(
@@ -50,6 +57,9 @@ def acquire(
         holder=holder, token=token, fence=F("fence") + 1, acquired_at=now, expires_at=until
     ):
         return _held(alias, name, token, acquired=True)
+    if (alias, name) in _EXISTING and not leases.exists():  # the row was deleted: recreate
+        _EXISTING.discard((alias, name))
+        return acquire(alias, name, holder, token, now, ttl)
     return None
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import datetime
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 
 from ..models import EventKind, JobRun, RunEvent, RunState
-from .base import Claim, Coordinator, Won, enabled_job_ids, is_lock_timeout
+from .base import Claim, Coordinator, Won, enabled_job_ids, is_lock_timeout, takes_lane
 
 
 class ORMCoordinator(Coordinator):
@@ -21,12 +21,14 @@ class ORMCoordinator(Coordinator):
     ) -> list[Won]:
         allowed = enabled_job_ids(self.alias, {c.job_id for c in claims}, now)
         results = (
-            self._claim_one(c, node, now, lease_until) for c in claims if c.job_id in allowed
+            self._claim_one(c, node, now, lease_until, takes_lane(allowed[c.job_id], c.outcome))
+            for c in claims
+            if c.job_id in allowed
         )
         return [won for won in results if won is not None]
 
     def _claim_one(
-        self, claim: Claim, node: str, now: datetime, lease_until: datetime
+        self, claim: Claim, node: str, now: datetime, lease_until: datetime, laned: bool
     ) -> Won | None:
         defaults = {
             "scheduled_at": claim.scheduled_at,
@@ -39,6 +41,7 @@ class ORMCoordinator(Coordinator):
             "payload": claim.payload,
             "created_at": now,
             "started_at": now,
+            "lane": claim.job_id if laned else None,
         }
         try:
             with transaction.atomic(using=self.alias):
@@ -49,6 +52,8 @@ class ORMCoordinator(Coordinator):
                     RunEvent.objects.using(self.alias).create(
                         run=run, kind=EventKind.CLAIMED, node=node, fence=run.fence, at=now
                     )
+        except IntegrityError:  # the job's lane is taken: a run of it is still live (overlap)
+            return None
         except DatabaseError as exc:
             if is_lock_timeout(exc):
                 return None

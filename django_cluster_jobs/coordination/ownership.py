@@ -48,12 +48,14 @@ class OwnershipMixin:
     def claim_pending(
         self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
     ) -> list[Won]:
-        """Take up to ``limit`` due pending runs of ``job_ids``, highest priority first."""
+        """Take up to ``limit`` due pending runs of ``job_ids``, by priority with aging."""
         from .base import Won
+        from .pending import ranked
 
+        if not job_ids or limit < 1:
+            return []
         with transaction.atomic(using=self.alias):
-            due = JobRun.objects.using(self.alias).due(now).filter(job_id__in=job_ids)
-            due = due.order_by("-priority", "due_at", "pk")
+            due = ranked(JobRun.objects.using(self.alias).due(now).filter(job_id__in=job_ids))
             if self.connection.features.has_select_for_update_skip_locked:  # type: ignore[attr-defined]
                 due = due.select_for_update(skip_locked=True)
             picked = list(due.values_list("pk", "fence", "reason")[:limit])
@@ -129,6 +131,9 @@ class OwnershipMixin:
                 reason=f"{reason} (at most once: not re-run)",
             )
             if lost:
+                transaction.on_commit(
+                    lambda: _signal_lost(self.alias, pk, node, reason), using=self.alias
+                )
                 self.record(
                     pk,
                     EventKind.LOST,
@@ -240,3 +245,19 @@ class OwnershipMixin:
         RunEvent.objects.using(self.alias).filter(run_id__in=ids).delete()
         deleted, _ = JobRun.objects.using(self.alias).filter(pk__in=ids).delete()
         return len(ids) if deleted else 0
+
+
+def _signal_lost(alias: str, pk: int, node: str, reason: str) -> None:
+    from .. import signals
+
+    run = JobRun.objects.using(alias).select_related("job").filter(pk=pk).first()
+    if run is not None:
+        signals.send(
+            signals.run_lost,
+            run.job.name,
+            run_id=pk,
+            key=run.key,
+            node=node,
+            attempt=run.attempt,
+            reason=reason,
+        )

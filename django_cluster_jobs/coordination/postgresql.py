@@ -61,7 +61,7 @@ class PostgreSQLCoordinator(Coordinator):
                 limit,
                 now,
                 lease_until,
-                "FOR UPDATE SKIP LOCKED",
+                self.vendor,
             )
 
     def notify_pending(self) -> None:
@@ -71,6 +71,12 @@ class PostgreSQLCoordinator(Coordinator):
     def lock_job(self, job_id: int) -> None:
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [ADVISORY_CLASS, job_id])
+
+    def lock_queue(self, queue: str) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_xact_lock(%s, hashtext(%s))", [ADVISORY_CLASS + 1, queue]
+            )
 
     def heartbeat(
         self, node: str, now: datetime, lease_until: datetime, stats: NodeStats

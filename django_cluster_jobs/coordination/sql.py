@@ -8,24 +8,34 @@ RUN = JobRun._meta.db_table
 JOB = JobDefinition._meta.db_table
 EVENT = RunEvent._meta.db_table
 
+#: When a claimed run takes its job's lane (see CLAIM_INSERT); mirrored by base.takes_lane().
+LANED = (
+    "d.overlap = 'skip' AND COALESCE(d.max_concurrency, 1) <= 1 AND d.placement = 'cluster' "
+    "AND v.outcome IN ('won', 'catch_up', 'external')"
+)
+
 #: One VALUES row of the batch claim: job_id, key, scheduled_at, outcome, priority, payload.
 CLAIM_ROW = "(%s, %s, %s, %s, %s, %s)"
 
 # Batch slot claim. Each VALUES row is one occurrence; the join keeps only enabled, unpaused jobs;
 # the unique (job_id, key) constraint lets exactly one racer insert each row, and RETURNING yields
-# exactly what this node won. Parameters: the rows, then node, lease_until, now, now, now.
+# exactly what this node won. Scheduled runs of jobs that allow no overlap get lane = job id, and
+# a partial unique index lets one live laned run exist per job: a claim that would overlap a run
+# still live anywhere conflicts too, which is why ON CONFLICT names no target.
+# Parameters: the rows, then node, lease_until, now, now, now.
 # "WHERE true" keeps SQLite from reading ON CONFLICT as the join's ON.
 CLAIM_INSERT = f"""
 INSERT INTO {RUN} (job_id, key, scheduled_at, due_at, state, outcome, attempt, node,
                    lease_expires_at, fence, priority, payload, error, traceback, reason,
-                   cancel_requested, created_at, started_at)
+                   cancel_requested, lane, created_at, started_at)
 SELECT v.job_id, v.key, v.scheduled_at, v.scheduled_at, 'running', v.outcome, 1, %s,
-       %s, 1, v.priority, v.payload, '', '', '', false, %s, %s
+       %s, 1, v.priority, v.payload, '', '', '', false,
+       CASE WHEN {LANED} THEN v.job_id END, %s, %s
 FROM v
 JOIN {JOB} AS d ON d.id = v.job_id AND d.enabled
                AND (d.paused_until IS NULL OR d.paused_until <= %s)
 WHERE true
-ON CONFLICT (job_id, key) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING id, job_id, key
 """
 
@@ -65,20 +75,34 @@ WITH n AS (
 SELECT (SELECT status FROM n), r.id, r.cancel_requested FROM (SELECT 1) AS one LEFT JOIN r ON true
 """
 
-# Take due pending runs: highest priority, then oldest due. {lock} is FOR UPDATE SKIP LOCKED on
+# Take due pending runs in rank order (see *_PENDING_ORDER). {lock} is FOR UPDATE SKIP LOCKED on
 # PostgreSQL (racers skip each other's rows) and empty on SQLite (its writer lock serialises).
-# Parameters: node, lease_until, started_at, now, then the job ids, then the limit.
+# Parameters: node, lease_until, started_at, now, then the job ids, then those of {order}, then
+# the limit.
 TAKE_PENDING = f"""
 UPDATE {RUN} SET state = 'running', node = %s, fence = fence + 1, lease_expires_at = %s,
                  started_at = %s
 WHERE id IN (
     SELECT id FROM {RUN}
     WHERE state = 'pending' AND due_at <= %s AND job_id IN ({{job_ids}})
-    ORDER BY priority DESC, due_at, id
+    ORDER BY {{order}}
     LIMIT %s {{lock}}
 )
 RETURNING id
 """
+
+# The rank of a due pending run with aging: priority + seconds overdue / PRIORITY_AGING, highest
+# first, then the earliest due, then the oldest. Both dialects compute it multiplied by the aging
+# (priority * aging + age), which ranks the same and stays exact: numeric seconds on PostgreSQL,
+# whole milliseconds on SQLite (julianday() parses Django's 'YYYY-MM-DD HH:MM:SS[.ffffff]' text
+# and keeps milliseconds; ROUND makes the age an exact integer, so equal ranks tie exactly).
+# Parameters: the aging (seconds as numeric; milliseconds on SQLite), then now.
+PG_PENDING_ORDER = "priority * %s + EXTRACT(EPOCH FROM (%s - due_at)) DESC, due_at, id"
+SQLITE_PENDING_ORDER = (
+    "priority * %s + ROUND((julianday(%s) - julianday(due_at)) * 86400000) DESC, due_at, id"
+)
+# Without aging (PRIORITY_AGING None or 0): strict priority order. No parameters.
+PRIORITY_ORDER = "priority DESC, due_at, id"
 
 # The timeline entry of each run just taken: a takeover when its previous owner went away.
 TAKEN_EVENTS = f"""

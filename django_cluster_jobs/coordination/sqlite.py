@@ -66,5 +66,13 @@ class SQLiteCoordinator(Coordinator):
     ) -> list[Won]:
         with immediate(self.connection) as cursor:
             return take_pending(
-                cursor, self.connection, self.alias, node, job_ids, limit, now, lease_until, ""
+                cursor,
+                self.connection,
+                self.alias,
+                node,
+                job_ids,
+                limit,
+                now,
+                lease_until,
+                self.vendor,
             )

@@ -10,8 +10,11 @@ from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 
+from .. import signals
 from ..conf import app_settings
 from ..coordination import Claim, Won
+from ..coordination.base import takes_lane
+from ..coordination.policies import Gate
 from ..models import Outcome
 from ..schedules import occurrence_key
 from . import stats
@@ -27,6 +30,36 @@ logger = logging.getLogger("django_cluster_jobs.engine.node")
 MISFIRE_GRACE = timedelta(seconds=5)
 
 Pair = tuple[Planned, Claim]
+
+
+def lease_ttl() -> timedelta:
+    return timedelta(seconds=app_settings.LEASE_TTL)
+
+
+def limited(planned: Planned) -> Gate | None:
+    """The gate for taking a job's pending runs: its max_concurrency and queue limit, if any."""
+    definition = planned.definition
+    queue_limit = app_settings.QUEUE_LIMITS.get(definition.queue)
+    if definition.placement != "cluster" or not (definition.max_concurrency or queue_limit):
+        return None
+    return Gate(definition.overlap, definition.max_concurrency, definition.queue, queue_limit)
+
+
+def gate_of(planned: Planned) -> Gate | None:
+    """The gate of jobs whose overlap the batch claim cannot decide alone; None for the rest.
+
+    The batch claim handles "allow" without limits (nothing to decide) and "skip" with a limit
+    of one (the lane's partial unique index decides); everything else is gated.
+    """
+    definition = planned.definition
+    if definition.placement != "cluster":
+        return None
+    queue_limit = app_settings.QUEUE_LIMITS.get(definition.queue)
+    limit = definition.max_concurrency or (None if definition.overlap == "allow" else 1)
+    batch_decides = (definition.overlap == "skip" and limit == 1) or limit is None
+    if batch_decides and not queue_limit:
+        return None
+    return Gate(definition.overlap, limit, definition.queue, queue_limit)
 
 
 class Firing:
@@ -46,6 +79,15 @@ class Firing:
                 claims.append((planned, self._claim_for(planned, due)))
         return claims, windows
 
+    def _claim_due(self: Node, claims: list[Pair], now: datetime) -> None:
+        """Batch-claim what the database gate can decide alone; gate the rest one by one."""
+        gated = [(p, c) for p, c in claims if gate_of(p) is not None]
+        batched = [(p, c) for p, c in claims if gate_of(p) is None]
+        if batched:
+            self._claim_slots(batched, now)
+        for planned, claim in self._fit_capacity(gated):
+            self._claim_gated(planned, claim, now)
+
     def _push_next(self: Node, planned: Planned, after: datetime) -> None:
         following = planned.schedule.next_after(after)
         if following is not None:
@@ -53,8 +95,11 @@ class Firing:
 
     def _skip_reason(self: Node, planned: Planned, due: datetime, now: datetime) -> str | None:
         reason = None
+        paused_until = planned.definition.paused_until
         if not planned.definition.enabled:
             reason = stats.DISABLED
+        elif paused_until is not None and paused_until > now:
+            reason = stats.PAUSED
         elif due < now - MISFIRE_GRACE:
             reason = stats.MISSED
         if reason is not None:
@@ -123,12 +168,59 @@ class Firing:
                 self._claim_failed(by_key[(claim.job_id, claim.key)][0], claim.key, exc)
             return []
         won_keys = {(w.job_id, w.key) for w in won}
-        for claim in batch:
-            if (claim.job_id, claim.key) not in won_keys:
-                self.counters.add(lost=1)
-                self._skip(by_key[(claim.job_id, claim.key)][0], claim.key, stats.CLAIMED_ELSEWHERE)
+        lost = [by_key[(c.job_id, c.key)] for c in batch if (c.job_id, c.key) not in won_keys]
         self.counters.add(won=len(won))
+        self._settle_losers(lost, now)
         return won
+
+    def _settle_losers(self: Node, lost: list[Pair], now: datetime) -> None:
+        """Count claims lost to another node; record the ones refused by a live run (overlap)."""
+        laned = {c.job_id for p, c in lost if takes_lane(p.definition, c.outcome)}
+        live = self.coordinator.live_laned(laned) if laned else {}
+        for planned, claim in lost:
+            if live.get(claim.job_id, claim.key) != claim.key:
+                reason = f"overlap: the previous run is still live ({live[claim.job_id]})"
+                self._record_skip(planned, claim, now, reason, stats.OVERLAP)
+                continue
+            self.counters.add(lost=1)
+            self._skip(planned, claim.key, stats.CLAIMED_ELSEWHERE)
+
+    def _record_skip(
+        self: Node, planned: Planned, claim: Claim, now: datetime, reason: str, counter: str
+    ) -> None:
+        self._skip(planned, claim.key, counter)
+        run = self.coordinator.record_skip(claim, self.node_id, now, reason)
+        if run is not None:
+            signals.send(
+                signals.run_skipped,
+                planned.name,
+                run_id=run.pk,
+                key=claim.key,
+                node=self.node_id,
+                attempt=0,
+                reason=reason,
+            )
+
+    def _claim_gated(self: Node, planned: Planned, claim: Claim, now: datetime) -> None:
+        try:
+            result = self.coordinator.claim_gated(
+                claim, gate_of(planned), self.node_id, self.clock.now, lease_ttl()
+            )
+        except DatabaseError as exc:
+            release_broken_connections()
+            self._claim_failed(planned, claim.key, exc)
+            return
+        if result.won is not None:
+            self.counters.add(won=1)
+            self._submit(result.won, planned, claim.scheduled_at, claim.payload)
+        elif result.buffered:
+            self._skip(planned, claim.key, stats.BUFFERED)
+        elif result.skipped:
+            counter = stats.CONCURRENCY if "max_concurrency" in result.skipped else stats.OVERLAP
+            self._record_skip(planned, claim, now, result.skipped, counter)
+        else:
+            self.counters.add(lost=1)
+            self._skip(planned, claim.key, stats.CLAIMED_ELSEWHERE)
 
     def _claim_failed(self: Node, planned: Planned, key: str, exc: Exception) -> None:
         self._skip(planned, key, stats.CLAIM_FAILED)
@@ -169,17 +261,38 @@ class Firing:
             on_done=lambda end: self.schedule_at(end + interval, planned.name),
         )
 
+    def _take_limited(
+        self: Node, job_ids: dict[int, Planned], free: int, now: datetime, lease_until: datetime
+    ) -> list[Won]:
+        """Take pending runs of jobs with a concurrency or queue limit, one at a time, locked."""
+        taken: list[Won] = []
+        for pk, planned in job_ids.items():
+            gate = limited(planned)
+            while gate is not None and len(taken) < free:
+                won = self.coordinator.claim_pending_gated(
+                    self.node_id,
+                    pk,
+                    gate,
+                    self.clock.now,
+                    lease_ttl(),
+                )
+                if not won:
+                    break
+                taken += won
+        return taken
+
     def _take_pending(self: Node, now: datetime) -> None:
         """Start pending runs (enqueued, retried, taken over) that are due, as capacity allows."""
         job_ids = {p.definition.pk: p for p in self.planned.values()}
         free = 0 if self.stopping else self.executor.free
         lease_until = now + timedelta(seconds=app_settings.LEASE_TTL)
         try:
-            taken = (
-                self.coordinator.claim_pending(self.node_id, list(job_ids), free, now, lease_until)
-                if free
-                else []
-            )
+            taken = self._take_limited(job_ids, free, now, lease_until)
+            fast = [pk for pk, p in job_ids.items() if limited(p) is None]
+            if free > len(taken) and fast:
+                taken += self.coordinator.claim_pending(
+                    self.node_id, fast, free - len(taken), now, lease_until
+                )
             next_due = self.coordinator.next_pending_due(list(job_ids))
         except DatabaseError as exc:
             release_broken_connections()

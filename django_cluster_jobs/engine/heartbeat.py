@@ -88,7 +88,7 @@ class HeartbeatThread(threading.Thread):
             self._revive(now)
         self._notice_lost_runs(beat.owned_runs, started)
         if beat.cancel_requested:
-            node.runner.cancel(set(beat.cancel_requested))
+            node.runner.cancel(set(beat.cancel_requested), why="cancel")
 
     def _notice_lost_runs(self, owned: frozenset[int], started: float) -> None:
         """Cancel handlers whose run was taken from this node (its lease expired while paused)."""
@@ -107,7 +107,7 @@ class HeartbeatThread(threading.Thread):
             )
         self._lost |= lost
         if lost:
-            self.node.runner.cancel(lost)
+            self.node.runner.cancel(lost, why="lost")
 
     def _revive(self, now: datetime) -> None:
         node = self.node

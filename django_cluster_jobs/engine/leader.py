@@ -12,6 +12,7 @@ from django.db import transaction
 from ..conf import app_settings
 from ..coordination import leases
 from ..models import ClusterEvent, ClusterEventKind
+from .catchup import catch_up
 
 if TYPE_CHECKING:
     from .node import Node
@@ -75,6 +76,7 @@ class Leader:
                 now, timedelta(seconds=app_settings.DEAD_AFTER), self.node.node_id
             )
             purged = self._purge(now)
+            catch_up(self.node, now)
         self._log(reaped, dead, purged)
         return True
 

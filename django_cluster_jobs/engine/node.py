@@ -74,6 +74,7 @@ class Node(Firing):
         self._inbox: queue.SimpleQueue[tuple[datetime, str]] = queue.SimpleQueue()
         self._reload = threading.Event()
         self._pending_due: datetime | None = None
+        self._collected_until: datetime | None = None
         self.heartbeat = HeartbeatThread(self)
         self.leader = Leader(self)
         self.listener = self._make_listener()
@@ -225,9 +226,12 @@ class Node(Firing):
         self.planned = {n: p for n, p in loaded.items() if p.runs_here(self.tags)}
         self.planner.clear()
         now = self.clock.now()
+        # Plan from the last tick, not from now: an occurrence that fell due between the last
+        # tick and this reload must still be collected by the tick that follows.
+        since = min(self._collected_until or now, now)
         for planned in self.planned.values():
             kind = planned.schedule.kind
-            due = now if kind == "delay" else planned.schedule.next_after(now)
+            due = now if kind == "delay" else planned.schedule.next_after(since)
             if due is not None:
                 self.planner.push(due, planned.name)
 
@@ -273,8 +277,9 @@ class Node(Firing):
             self.planner.push(*self._inbox.get())
         now = self.clock.now()
         claims, windows = self._collect(now)
+        self._collected_until = now
         if claims:
-            self._claim_slots(claims, now)
+            self._claim_due(claims, now)
         for planned, _ in windows:
             self._claim_window(planned, now)
         if self._pending_due is not None and self._pending_due <= now:
@@ -298,7 +303,7 @@ class Node(Firing):
             if p.schedule.kind == "startup" and p.definition.enabled
         ]
         if claims:
-            self._claim_slots(claims, now)
+            self._claim_due(claims, now)
 
 
 def sync_definitions(jobs: Registry, alias: str) -> None:

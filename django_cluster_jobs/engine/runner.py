@@ -1,4 +1,4 @@
-"""Execute one won run on an executor thread and write its outcome back, fenced."""
+"""Execute one won run and conclude it under its fence: succeed, retry, dead-letter or fail."""
 
 from __future__ import annotations
 
@@ -7,17 +7,19 @@ import threading
 import time
 import traceback
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
+from .. import signals
 from ..conf import app_settings
 from ..context import RunContext
 from ..coordination import Coordinator, Won
 from ..models import RunState
+from ..retry import Backoff
 from .clock import Clock
 from .executor import release_broken_connections
 from .planner import Planned
@@ -38,6 +40,17 @@ def jsonable(value: Any) -> Any:
 
 
 @dataclass
+class Outcome:
+    """How a handler ended, before policies decide what that means for the run."""
+
+    state: str
+    result: Any = None
+    error: str = ""
+    traceback: str = ""
+    exception: BaseException | str | None = None
+
+
+@dataclass
 class Active:
     """A run executing on this node."""
 
@@ -45,10 +58,23 @@ class Active:
     planned: Planned
     context: RunContext
     since: float  # time.monotonic() when it started
+    why: str = ""  # why it was cancelled: "timeout", "cancel", "lost" or "shutdown"
+    concluded: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def stop(self, why: str) -> None:
+        self.why = self.why or why
+        self.context.cancel_event.set()
+
+    def conclude_once(self) -> bool:
+        """True for the one caller that gets to write the run's outcome."""
+        with self.lock:
+            first, self.concluded = not self.concluded, True
+        return first
 
 
 class Runner:
-    """Runs a handler with its context, then records succeeded or failed under its fence."""
+    """Runs handlers with their context and writes outcomes back by the job's policies."""
 
     def __init__(self, coordinator: Coordinator, clock: Clock, node_id: str) -> None:
         self.coordinator, self.clock, self.node_id = coordinator, clock, node_id
@@ -58,8 +84,6 @@ class Runner:
     def context(
         self, won: Won, planned: Planned, scheduled_at: datetime, payload: dict
     ) -> RunContext:
-        extra = self.extra(won, planned)
-        logger_name = f"django_cluster_jobs.jobs.{planned.name}"
         return RunContext(
             run_id=won.run_id,
             job=planned.name,
@@ -69,7 +93,10 @@ class Runner:
             fence=won.fence,
             node_id=self.node_id,
             payload=payload,
-            logger=logging.LoggerAdapter(logging.getLogger(logger_name), extra),
+            logger=logging.LoggerAdapter(
+                logging.getLogger(f"django_cluster_jobs.jobs.{planned.name}"),
+                self.extra(won, planned),
+            ),
         )
 
     def extra(self, won: Won, planned: Planned) -> dict[str, Any]:
@@ -81,6 +108,18 @@ class Runner:
             "run_id": won.run_id,
         }
 
+    def _signal(self, signal: Any, active: Active, **kwargs: Any) -> None:
+        won = active.won
+        signals.send(
+            signal,
+            active.planned.name,
+            run_id=won.run_id,
+            key=won.key,
+            node=self.node_id,
+            attempt=won.attempt,
+            **kwargs,
+        )
+
     def run(
         self,
         won: Won,
@@ -89,10 +128,12 @@ class Runner:
         payload: dict,
         on_done: Callable[[datetime], None] | None = None,
     ) -> None:
-        """Run the handler and write back its outcome; call ``on_done`` with the finish time."""
-        ctx = self.context(won, planned, scheduled_at, payload)
+        """Run the handler, then conclude; call ``on_done`` with the finish time."""
+        active = Active(
+            won, planned, self.context(won, planned, scheduled_at, payload), time.monotonic()
+        )
         with self._lock:
-            self.running[won.run_id] = Active(won, planned, ctx, time.monotonic())
+            self.running[won.run_id] = active
         logger.info(
             "running %s @ %s (attempt %s)",
             planned.name,
@@ -100,70 +141,227 @@ class Runner:
             won.attempt,
             extra=self.extra(won, planned),
         )
+        self._signal(signals.run_started, active)
+        timers = self._arm_timeout(active)
         try:
-            state, result, error, tb = self._invoke(planned, ctx, payload)
-            finished = self.write_back(won, planned, state, result, error, tb)
+            outcome = self._execute(active, payload)
+            finished = self.conclude(active, outcome)
         finally:
+            for timer in timers:
+                timer.cancel()
             with self._lock:
                 self.running.pop(won.run_id, None)
         if on_done is not None:
             on_done(finished)
 
-    @staticmethod
-    def _invoke(planned: Planned, ctx: RunContext, payload: dict) -> tuple[str, Any, str, str]:
-        try:
-            result = planned.job.invoke(ctx, payload)
-        except Exception as exc:
-            return RunState.FAILED, None, f"{type(exc).__name__}: {exc}", traceback.format_exc()
-        return RunState.SUCCEEDED, jsonable(result), "", ""
+    def _arm_timeout(self, active: Active) -> list[threading.Timer]:
+        """Thread executor: flag the handler cancelled at its deadline; if it has not returned
+        a grace period later, conclude the run as timed out without it."""
+        timeout = active.planned.definition.timeout
+        if timeout is None or active.planned.definition.executor == "process":
+            return []
+        seconds = timeout.total_seconds()
+        forced = Outcome(
+            RunState.TIMED_OUT,
+            error=f"TimeoutError: still running {seconds:g}s "
+            f"after its deadline plus the grace period",
+            exception="TimeoutError",
+        )
+        timers = [
+            threading.Timer(seconds, active.stop, args=("timeout",)),
+            threading.Timer(
+                seconds + app_settings.GRACE_PERIOD, self._force, args=(active, forced)
+            ),
+        ]
+        for timer in timers:
+            timer.daemon = True
+            timer.start()
+        return timers
 
-    def write_back(
-        self, won: Won, planned: Planned, state: str, result: Any, error: str, tb: str
-    ) -> datetime:
-        """Record the outcome under the run's fence, retrying database errors while the lease
-        could still be ours; a stale fence is logged and recorded as fenced out."""
-        deadline = time.monotonic() + app_settings.LEASE_TTL
-        extra = self.extra(won, planned)
-        while True:
-            finished = self.clock.now()
-            try:
-                recorded = self.coordinator.finish(
-                    won, self.node_id, state, finished, result=result, error=error, traceback=tb
+    def _force(self, active: Active, outcome: Outcome) -> None:
+        """Conclude a run whose handler outlived its deadline (runs on a timer thread)."""
+        try:
+            self.conclude(active, outcome)
+        finally:
+            connections.close_all()
+
+    def _execute(self, active: Active, payload: dict) -> Outcome:
+        definition = active.planned.definition
+        if definition.executor == "process":
+            from .process import run_in_process
+
+            timeout = definition.timeout.total_seconds() if definition.timeout else None
+            return Outcome(
+                *run_in_process(
+                    active.planned.name, definition.callable_name, active.context, payload, timeout
                 )
-                break
-            except DatabaseError as exc:
-                release_broken_connections()
-                if time.monotonic() >= deadline:
-                    logger.error(
-                        "could not record %s of %s @ %s: %s; its lease will expire",
-                        state,
-                        planned.name,
-                        won.key,
-                        exc,
-                        extra=extra,
-                    )
-                    return finished
-                time.sleep(WRITE_BACK_RETRY)
-        if recorded:
-            logger.info("%s %s @ %s", state, planned.name, won.key, extra=extra)
+            )
+        try:
+            result = active.planned.job.invoke(active.context, payload)
+        except Exception as exc:
+            outcome = Outcome(
+                RunState.FAILED, None, f"{type(exc).__name__}: {exc}", traceback.format_exc(), exc
+            )
         else:
+            outcome = Outcome(RunState.SUCCEEDED, jsonable(result))
+        if active.why == "timeout":
+            outcome.state = RunState.TIMED_OUT
+            outcome.error = outcome.error or f"TimeoutError: exceeded {definition.timeout}"
+        elif active.why == "cancel":
+            outcome.state = RunState.CANCELLED
+        return outcome
+
+    # -- concluding ---------------------------------------------------------------------------
+
+    def conclude(self, active: Active, outcome: Outcome) -> datetime:
+        """Apply the job's policies to ``outcome`` and write the result back, fenced."""
+        now = self.clock.now()
+        if not active.conclude_once():
+            return now
+        failed = outcome.state in (RunState.FAILED, RunState.TIMED_OUT)
+        if failed and self._retryable(active, outcome):
+            return self._retry(active, outcome, now)
+        if failed and active.planned.definition.max_attempts > 1:
+            outcome.state = RunState.DEAD
+        recorded = self._write(active, outcome, now)
+        if recorded:
+            self._after(active, outcome, now)
+        return now
+
+    def _retryable(self, active: Active, outcome: Outcome) -> bool:
+        attempts = active.planned.definition.max_attempts
+        never = active.planned.job.dont_retry
+        exc = outcome.exception
+        if isinstance(exc, str):  # from a child process: compare by class name
+            return active.won.attempt < attempts and exc not in {t.__name__ for t in never}
+        return active.won.attempt < attempts and not (never and isinstance(exc, never))
+
+    def _retry(self, active: Active, outcome: Outcome, now: datetime) -> datetime:
+        policy = Backoff(**(active.planned.definition.backoff or {}))
+        due = now + policy.delay(active.won.attempt)
+        if self._retrying(
+            lambda: self.coordinator.retry(
+                active.won, self.node_id, now, due, outcome.state, outcome.error, outcome.traceback
+            ),
+            active,
+        ):
+            logger.warning(
+                "%s @ %s attempt %s %s; retry at %s",
+                active.planned.name,
+                active.won.key,
+                active.won.attempt,
+                outcome.state,
+                due.isoformat(),
+                extra=self.extra(active.won, active.planned),
+            )
+            self._signal(
+                signals.run_failed,
+                active,
+                state=outcome.state,
+                error=outcome.error,
+                will_retry=True,
+            )
+            self._signal(signals.run_retried, active, due_at=due)
+        return now
+
+    def _write(self, active: Active, outcome: Outcome, now: datetime) -> bool:
+        won, planned = active.won, active.planned
+        recorded = self._retrying(
+            lambda: self.coordinator.finish(
+                won,
+                self.node_id,
+                outcome.state,
+                now,
+                result=outcome.result,
+                error=outcome.error,
+                traceback=outcome.traceback,
+            ),
+            active,
+        )
+        extra = self.extra(won, planned)
+        if recorded:
+            level = logging.INFO if outcome.state == RunState.SUCCEEDED else logging.WARNING
+            logger.log(
+                level,
+                "%s %s @ %s%s",
+                outcome.state,
+                planned.name,
+                won.key,
+                f": {outcome.error}" if outcome.error else "",
+                extra=extra,
+            )
+        elif recorded is False:
             logger.warning(
                 "fenced out: %s @ %s ended %s but fence %s is stale; the newer "
                 "owner's result stands",
                 planned.name,
                 won.key,
-                state,
+                outcome.state,
                 won.fence,
                 extra=extra,
             )
-        return finished
+        return bool(recorded)
 
-    def cancel(self, run_ids: set[int] | None = None) -> None:
-        """Flag the given running handlers (all when None) as cancelled."""
+    def _after(self, active: Active, outcome: Outcome, now: datetime) -> None:
+        definition = active.planned.definition
+        if outcome.state == RunState.SUCCEEDED:
+            self._signal(signals.run_succeeded, active, result=outcome.result)
+        elif outcome.state in (RunState.FAILED, RunState.TIMED_OUT, RunState.DEAD):
+            self._signal(
+                signals.run_failed,
+                active,
+                state=outcome.state,
+                error=outcome.error,
+                will_retry=False,
+            )
+            if outcome.state == RunState.DEAD:
+                self._signal(signals.run_dead_lettered, active, error=outcome.error)
+            self._maybe_open_breaker(active, now)
+        if definition.overlap == "buffer_one":
+            self.coordinator.release_buffered(definition.pk, now)
+
+    def _maybe_open_breaker(self, active: Active, now: datetime) -> None:
+        definition = active.planned.definition
+        if not definition.breaker_threshold:
+            return
+        until = self.coordinator.open_breaker_if_tripped(
+            definition.pk, definition.breaker_threshold, definition.breaker_cooldown, now
+        )
+        if until is not None:
+            logger.error(
+                "circuit breaker opened for %s after %s consecutive failures; paused until %s",
+                definition.name,
+                definition.breaker_threshold,
+                until.isoformat(),
+                extra=self.extra(active.won, active.planned),
+            )
+
+    def _retrying(self, write: Callable[[], bool], active: Active) -> bool | None:
+        """Run a write-back, retrying database errors while the lease could still be ours;
+        None when it never got through (the lease will expire and the leader takes over)."""
+        deadline = time.monotonic() + app_settings.LEASE_TTL
+        while True:
+            try:
+                return write()
+            except DatabaseError as exc:
+                release_broken_connections()
+                if time.monotonic() >= deadline:
+                    logger.error(
+                        "could not record the end of %s @ %s: %s; its lease will expire",
+                        active.planned.name,
+                        active.won.key,
+                        exc,
+                        extra=self.extra(active.won, active.planned),
+                    )
+                    return None
+                time.sleep(WRITE_BACK_RETRY)
+
+    def cancel(self, run_ids: set[int] | None = None, why: str = "shutdown") -> None:
+        """Flag the given running handlers (all when None) as cancelled, saying why."""
         with self._lock:
             for run_id, active in self.running.items():
                 if run_ids is None or run_id in run_ids:
-                    active.context.cancel_event.set()
+                    active.stop(why)
 
     def snapshot(self) -> list[Active]:
         with self._lock:

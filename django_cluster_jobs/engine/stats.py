@@ -14,6 +14,10 @@ DISABLED = "disabled"
 NODE_BUSY = "node_busy"
 MISSED = "missed"
 DRAINING = "draining"
+PAUSED = "paused"
+OVERLAP = "overlap"
+BUFFERED = "buffered"
+CONCURRENCY = "max_concurrency"
 
 
 class Counters:

@@ -27,6 +27,8 @@ DEFAULTS = {
     "RETENTION_DAYS": 14.0,
     "CLOCK": None,
     "EPOCH": datetime(1970, 1, 1, tzinfo=UTC),
+    "PRIORITY_AGING": 60.0,
+    "QUEUE_LIMITS": {},
 }
 
 

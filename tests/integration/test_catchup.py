@@ -1,0 +1,378 @@
+"""Catch-up by the leader: each misfire policy, the window, existing rows, idempotence, races."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import uuid
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+
+import pytest
+from django.db import connections
+
+from django_cluster_jobs.conf import app_settings
+from django_cluster_jobs.coordination import get_coordinator
+from django_cluster_jobs.engine import catchup
+from django_cluster_jobs.engine.catchup import catch_up, lookback, settled_until
+from django_cluster_jobs.engine.firing import MISFIRE_GRACE
+from django_cluster_jobs.engine.planner import load_planned
+from django_cluster_jobs.models import (
+    ClusterEvent,
+    ClusterEventKind,
+    JobDefinition,
+    JobRun,
+    NodeStatus,
+    Outcome,
+    RunState,
+    ScheduleKind,
+)
+from django_cluster_jobs.registry import registry
+from django_cluster_jobs.schedules import occurrence_key
+from tests.factories import JobDefinitionFactory, JobRunFactory, WorkerNodeFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOW = datetime(2026, 5, 28, 9, 0, tzinfo=UTC)
+MINUTE = timedelta(minutes=1)
+LAST = datetime(2026, 5, 28, 8, 50, tzinfo=UTC)
+#: The per-minute occurrences after LAST that no node fired by NOW (the horizon is 08:59:54.5).
+GAP = [LAST + k * MINUTE for k in range(1, 10)]
+MISSED = (RunState.MISSED, Outcome.MISSED)
+CAUGHT_UP = (RunState.PENDING, Outcome.CATCH_UP)
+LAST_RUN = (RunState.SUCCEEDED, Outcome.WON)
+
+
+def at(text: str) -> datetime:
+    return datetime.fromisoformat(text).replace(tzinfo=UTC)
+
+
+def fake_node(node_id: str | None = None) -> SimpleNamespace:
+    """What catch_up needs of a node: its id, its planned jobs, a coordinator and a clock."""
+    return SimpleNamespace(
+        node_id=node_id or f"leader-{uuid.uuid4().hex[:8]}",
+        planned=load_planned("default", registry),
+        coordinator=get_coordinator(),
+        clock=None,
+    )
+
+
+def minutely(kind: str = "cron", last: datetime | None = LAST, **fields) -> JobDefinition:
+    """A per-minute job created at 08:45 whose latest run (won, succeeded) is at ``last``."""
+    schedule = {"schedule_kind": ScheduleKind.CRON, "cron": "* * * * *"}
+    if kind == "every":
+        schedule = {"schedule_kind": ScheduleKind.EVERY, "cron": "", "interval": MINUTE}
+    job = JobDefinitionFactory(**schedule, **fields)
+    JobDefinition.objects.filter(pk=job.pk).update(created_at=LAST - 5 * MINUTE)
+    if last is not None:
+        won(job, last)
+    return JobDefinition.objects.get(pk=job.pk)
+
+
+def won(job: JobDefinition, when: datetime) -> JobRun:
+    return JobRunFactory(job=job, key=occurrence_key(when), scheduled_at=when, outcome=Outcome.WON)
+
+
+def ledger(job: JobDefinition) -> dict[datetime, tuple[str, str]]:
+    runs = JobRun.objects.filter(job=job).order_by("scheduled_at")
+    return {r.scheduled_at: (r.state, r.outcome) for r in runs}
+
+
+def expect(job: JobDefinition, *, runs: list[datetime], missed: list[datetime], extra=()):
+    """The ledger of ``job`` holds exactly its own rows plus these catch-up and missed rows."""
+    rows = {when: MISSED for when in missed} | {when: CAUGHT_UP for when in runs}
+    assert ledger(job) == {**dict(extra), **rows}
+
+
+@pytest.mark.parametrize("kind", ["cron", "every"])
+def test_fire_once_runs_the_latest_missed_occurrence_now_and_records_the_rest(kind):
+    job = minutely(kind, overlap="skip")
+    written = catch_up(fake_node(), NOW)
+
+    assert written == len(GAP)
+    expect(job, runs=GAP[-1:], missed=GAP[:-1], extra={LAST: LAST_RUN})
+    run = JobRun.objects.get(job=job, outcome=Outcome.CATCH_UP)
+    assert (run.key, run.due_at, run.lane) == ("2026-05-28T08:59:00Z", NOW, job.pk)
+    assert "fire_once" in run.reason
+    reasons = set(
+        JobRun.objects.filter(job=job, state=RunState.MISSED).values_list("reason", flat=True)
+    )
+    assert reasons == {
+        "no node fired it in time; fire_once runs only the latest missed occurrence "
+        "(2026-05-28T08:59:00Z)"
+    }
+
+
+@pytest.mark.parametrize("kind", ["cron", "every"])
+def test_skip_records_every_missed_occurrence_and_runs_none(kind):
+    job = minutely(kind, misfire="skip")
+    assert catch_up(fake_node(), NOW) == len(GAP)
+    expect(job, runs=[], missed=GAP, extra={LAST: LAST_RUN})
+    assert set(
+        JobRun.objects.filter(job=job, state=RunState.MISSED).values_list("reason", flat=True)
+    ) == {"no node fired it in time; the misfire policy is skip"}
+
+
+@pytest.mark.parametrize("kind", ["cron", "every"])
+def test_run_all_runs_the_latest_catch_up_limit_without_a_lane(kind):
+    job = minutely(kind, misfire="run_all", catch_up_limit=3)
+    assert catch_up(fake_node(), NOW) == len(GAP)
+    expect(job, runs=GAP[-3:], missed=GAP[:-3], extra={LAST: LAST_RUN})
+    runs = JobRun.objects.filter(job=job, outcome=Outcome.CATCH_UP).order_by("pk")
+    assert [r.scheduled_at for r in runs] == GAP[-3:], "inserted, so taken, in due order"
+    assert {(r.due_at, r.lane) for r in runs} == {(NOW, None)}
+
+
+def test_run_all_with_a_limit_above_the_gap_runs_every_missed_occurrence():
+    job = minutely("every", misfire="run_all", catch_up_limit=50)
+    catch_up(fake_node(), NOW)
+    expect(job, runs=GAP, missed=[], extra={LAST: LAST_RUN})
+
+
+@pytest.mark.parametrize(
+    ("misfire", "runs"),
+    [("fire_once", GAP[-1:]), ("run_all", GAP[-5:]), ("skip", [])],
+)
+def test_the_window_bounds_what_runs_and_the_rest_is_recorded_missed(misfire, runs):
+    job = minutely(misfire=misfire, catch_up_window=timedelta(minutes=5), catch_up_limit=10)
+    catch_up(fake_node(), NOW)
+    # 08:55 is exactly five minutes old: still inside; 08:51-08:54 are not.
+    inside = [when for when in GAP if when >= NOW - timedelta(minutes=5)]
+    assert inside[0] == at("2026-05-28T08:55")
+    expect(job, runs=runs, missed=[w for w in GAP if w not in runs], extra={LAST: LAST_RUN})
+    outside = JobRun.objects.filter(job=job, scheduled_at__lt=inside[0], state=RunState.MISSED)
+    assert outside.count() == 4
+    assert {r.reason for r in outside} == {
+        "no node fired it in time; older than the catch-up window (0:05:00)"
+    }
+
+
+def test_a_window_shorter_than_the_delay_runs_nothing():
+    job = minutely(catch_up_window=timedelta(seconds=30))
+    assert catch_up(fake_node(), NOW) == len(GAP)
+    expect(job, runs=[], missed=GAP, extra={LAST: LAST_RUN})
+
+
+def test_existing_rows_are_respected_whatever_their_state():
+    job = minutely()
+    node = fake_node()
+    assert catch_up(node, LAST) == 0  # this leader has now checked the job up to 08:50
+    won(job, GAP[2])
+    skipped = JobRunFactory(
+        job=job,
+        key=occurrence_key(GAP[8]),
+        scheduled_at=GAP[8],
+        state=RunState.SKIPPED,
+        outcome=Outcome.WON,
+        reason="overlap",
+    )
+    catch_up(node, NOW)
+    missing = [w for w in GAP if w not in (GAP[2], GAP[8])]
+    expect(
+        job,
+        runs=missing[-1:],
+        missed=missing[:-1],
+        extra={
+            LAST: LAST_RUN,
+            GAP[2]: (RunState.SUCCEEDED, Outcome.WON),
+            GAP[8]: (RunState.SKIPPED, Outcome.WON),
+        },
+    )
+    skipped.refresh_from_db()
+    assert skipped.reason == "overlap"
+
+
+def test_a_second_pass_writes_nothing_and_a_later_one_only_what_is_new():
+    job = minutely(misfire="skip")
+    node = fake_node()
+    assert catch_up(node, NOW) == len(GAP)
+    assert catch_up(node, NOW) == 0
+    assert catch_up(fake_node(), NOW) == 0, "a new leader finds the same rows"
+    assert catch_up(node, NOW + 3 * MINUTE) == 3
+    later = [*GAP, NOW, NOW + MINUTE, NOW + 2 * MINUTE]
+    expect(job, runs=[], missed=later, extra={LAST: LAST_RUN})
+
+
+def test_a_job_that_never_ran_is_checked_from_its_creation():
+    job = minutely(last=None)
+    catch_up(fake_node(), NOW)
+    since_created = [LAST - 5 * MINUTE + k * MINUTE for k in range(1, 15)]
+    expect(job, runs=since_created[-1:], missed=since_created[:-1])
+
+
+def test_a_new_leader_looks_back_past_runs_made_since_it_last_led():
+    # Nodes resumed before any leader looked (a database outage that also moved the lease):
+    # the latest run alone would hide the gap before it.
+    job = minutely("every", last=None, misfire="skip")
+    JobDefinition.objects.filter(pk=job.pk).update(interval=timedelta(seconds=10))
+    won(job, at("2026-05-28T08:58:00"))
+    won(job, at("2026-05-28T08:59:50"))
+    assert lookback() == timedelta(minutes=1)
+    catch_up(fake_node(), NOW)
+    gap = [at("2026-05-28T08:58:00") + k * timedelta(seconds=10) for k in range(1, 11)]
+    missed = JobRun.objects.filter(job=job, state=RunState.MISSED).order_by("scheduled_at")
+    assert list(missed.values_list("scheduled_at", flat=True)) == gap
+
+
+def test_occurrences_while_paused_or_disabled_are_not_misfires():
+    paused = minutely(misfire="skip", paused_until=NOW + timedelta(hours=1))
+    disabled = minutely(misfire="skip", enabled=False)
+    node = fake_node()
+    assert catch_up(node, NOW) == 0
+    JobDefinition.objects.filter(pk__in=(paused.pk, disabled.pk)).update(
+        paused_until=None, enabled=True
+    )
+    node.planned = load_planned("default", registry)
+    assert catch_up(node, NOW + 2 * MINUTE) == 4
+    for job in (paused, disabled):
+        expect(job, runs=[], missed=[NOW, NOW + MINUTE], extra={LAST: LAST_RUN})
+
+
+def test_only_fixed_instant_jobs_placed_once_in_the_cluster_are_caught_up():
+    minutely(placement="every_node")
+    for kind in (ScheduleKind.DELAY, ScheduleKind.STARTUP, ScheduleKind.ON_DEMAND):
+        JobDefinitionFactory(schedule_kind=kind, cron="", interval=MINUTE)
+    JobDefinition.objects.update(created_at=LAST)
+    assert catch_up(fake_node(), NOW) == 0
+    assert not JobRun.objects.exclude(outcome=Outcome.WON).exists()
+
+
+def test_a_live_run_on_the_lane_turns_the_fire_once_catch_up_into_a_skip():
+    job = minutely(overlap="skip")
+    JobRunFactory(
+        job=job,
+        key="manual:live",
+        scheduled_at=NOW,
+        state=RunState.RUNNING,
+        outcome=Outcome.MANUAL,
+        lane=job.pk,
+    )
+    assert catch_up(fake_node(), NOW) == len(GAP)
+    skipped = JobRun.objects.get(job=job, outcome=Outcome.CATCH_UP)
+    assert (skipped.key, skipped.state, skipped.lane) == (
+        "2026-05-28T08:59:00Z",
+        RunState.SKIPPED,
+        None,
+    )
+    assert "overlap" in skipped.reason
+
+
+def test_a_gap_seen_in_two_passes_is_made_up_for_once():
+    # The tail of an outage becomes visible one pass later; it is covered by the first catch-up.
+    job = minutely("every", last=None, overlap="allow")
+    JobDefinition.objects.filter(pk=job.pk).update(interval=timedelta(seconds=2))
+    won(job, NOW - timedelta(seconds=30))
+    node = fake_node()
+    catch_up(node, NOW)
+    first = JobRun.objects.get(job=job, outcome=Outcome.CATCH_UP)
+    assert first.scheduled_at == at("2026-05-28T08:59:54")
+    catch_up(node, NOW + timedelta(seconds=10))
+    tail = JobRun.objects.filter(job=job, scheduled_at__gt=first.scheduled_at).order_by(
+        "scheduled_at"
+    )
+    assert [(r.key, r.state) for r in tail] == [
+        ("2026-05-28T08:59:56Z", RunState.MISSED),
+        ("2026-05-28T08:59:58Z", RunState.MISSED),
+        ("2026-05-28T09:00:00Z", RunState.MISSED),
+        ("2026-05-28T09:00:02Z", RunState.MISSED),
+        ("2026-05-28T09:00:04Z", RunState.PENDING),
+    ]
+    assert tail[0].reason.endswith("due before the catch-up queued at 2026-05-28T09:00:00Z")
+
+
+def test_settled_until_reaches_back_to_the_start_of_the_earliest_live_node():
+    horizon = NOW - MISFIRE_GRACE - timedelta(seconds=app_settings.HEARTBEAT_INTERVAL)
+    assert settled_until("default", NOW) == horizon
+    WorkerNodeFactory(started_at=NOW - timedelta(hours=1), status=NodeStatus.DEAD)
+    WorkerNodeFactory(started_at=NOW - timedelta(hours=1), status=NodeStatus.STOPPED)
+    WorkerNodeFactory(started_at=NOW - timedelta(seconds=2))
+    assert settled_until("default", NOW) == NOW - timedelta(seconds=2)
+    WorkerNodeFactory(started_at=NOW - timedelta(minutes=1), status=NodeStatus.DRAINING)
+    assert settled_until("default", NOW) == horizon
+
+
+def test_a_freshly_started_cluster_is_settled_in_one_pass():
+    job = minutely("every", last=None, misfire="run_all", catch_up_limit=2, overlap="allow")
+    JobDefinition.objects.filter(pk=job.pk).update(interval=timedelta(seconds=1))
+    won(job, NOW - timedelta(seconds=10))
+    WorkerNodeFactory(started_at=NOW - timedelta(milliseconds=300))
+    catch_up(fake_node(), NOW)
+    rows = JobRun.objects.filter(job=job).exclude(outcome=Outcome.WON).order_by("scheduled_at")
+    assert [r.key for r in rows][-2:] == ["2026-05-28T08:59:58Z", "2026-05-28T08:59:59Z"]
+    assert [r.state for r in rows] == [RunState.MISSED] * 7 + [RunState.PENDING] * 2
+
+
+def test_missed_rows_per_pass_are_bounded(monkeypatch, caplog):
+    monkeypatch.setattr(catchup, "MISSED_ROWS_LIMIT", 5)
+    monkeypatch.setattr(catchup, "SCAN_LIMIT", 7)
+    job = minutely(misfire="skip")
+    log = logging.getLogger(catchup.__name__)
+    log.addHandler(caplog.handler)
+    try:
+        assert catch_up(fake_node(), NOW) == 5
+    finally:
+        log.removeHandler(caplog.handler)
+    expect(job, runs=[], missed=GAP[-5:], extra={LAST: LAST_RUN})
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert any("2 more missed occurrence(s) not recorded" in m for m in warnings)
+    assert any("only the latest 7" in m for m in warnings)
+
+
+def test_concurrent_leaders_write_one_row_per_missed_occurrence():
+    jobs = [
+        minutely(overlap="skip"),
+        minutely(misfire="run_all", catch_up_limit=3, overlap="skip"),
+        minutely(misfire="skip"),
+    ]
+    barrier, results, errors = threading.Barrier(3, timeout=30), [], []
+
+    def leader(i: int) -> None:
+        try:
+            node = fake_node(f"racer-{i}-{uuid.uuid4().hex[:6]}")
+            barrier.wait()
+            results.append(catch_up(node, NOW))
+        except Exception as exc:  # pragma: no cover - reported below
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=leader, args=(i,)) for i in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not errors
+    assert len(results) == 3 and sum(results) >= 3 * len(GAP)
+    expect(jobs[0], runs=GAP[-1:], missed=GAP[:-1], extra={LAST: LAST_RUN})
+    expect(jobs[1], runs=GAP[-3:], missed=GAP[:-3], extra={LAST: LAST_RUN})
+    expect(jobs[2], runs=[], missed=GAP, extra={LAST: LAST_RUN})
+
+
+def test_each_settling_pass_leaves_one_cluster_event_and_missed_rows_name_the_leader():
+    once, skip = minutely(overlap="skip"), minutely(misfire="skip")
+    node = fake_node()
+    catch_up(node, NOW)
+    catch_up(node, NOW)
+    event = ClusterEvent.objects.get(kind=ClusterEventKind.CAUGHT_UP)
+    assert (event.at, event.node) == (NOW, node.node_id)
+    assert event.detail == (
+        f"{once.name}: 1 catch-up run(s) queued, 8 recorded missed, 0 skipped; "
+        f"{skip.name}: 0 catch-up run(s) queued, 9 recorded missed, 0 skipped"
+    )
+    missed = JobRun.objects.filter(state=RunState.MISSED)
+    assert set(missed.values_list("node", "finished_at", "created_at")) == {
+        (node.node_id, NOW, NOW)
+    }
+    pending = JobRun.objects.get(state=RunState.PENDING)
+    assert (pending.node, pending.finished_at, pending.due_at) == ("", None, NOW)
+
+
+def test_pending_catch_ups_wake_the_nodes(monkeypatch):
+    minutely()
+    node = fake_node()
+    woken = []
+    monkeypatch.setattr(node.coordinator, "notify_pending", lambda: woken.append(True))
+    catch_up(node, NOW)
+    assert woken == [True]
+    catch_up(node, NOW)
+    assert woken == [True]

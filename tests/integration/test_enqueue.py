@@ -1,0 +1,333 @@
+"""One-off runs: idempotent enqueue under races, payload checks, transactions, priority with aging,
+and how fast an idle node starts what was enqueued."""
+
+from __future__ import annotations
+
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.conf import settings
+from django.db import connection, connections, transaction
+from django.test import override_settings
+
+from django_cluster_jobs import InvalidPayload, registry, services
+from django_cluster_jobs.conf import app_settings
+from django_cluster_jobs.models import JobRun, RunState
+from tests.conftest import ROOT, database_url, wait_until
+from tests.factories import JobDefinitionFactory, JobRunFactory
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+NOW = datetime(2026, 5, 28, 9, 0, tzinfo=UTC)
+LEASE = NOW + timedelta(seconds=30)
+RACERS = 8
+#: Allowance over POLL_INTERVAL for one tick on a busy machine.
+SLACK = 0.75
+
+
+def in_other_connection(query):
+    """Run ``query`` on a fresh connection of another thread and return what it returned."""
+    box: list = []
+
+    def work() -> None:
+        try:
+            box.append(query())
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    thread.join(timeout=30)
+    return box[0]
+
+
+def count_runs(**lookups) -> int:
+    return in_other_connection(lambda: JobRun.objects.filter(**lookups).count())
+
+
+# -- idempotency under concurrent callers ----------------------------------------------------
+
+
+def test_concurrent_threads_with_one_key_get_one_run():
+    barrier = threading.Barrier(RACERS, timeout=30)
+    ids: list[int] = []
+    errors: list[BaseException] = []
+
+    def racer() -> None:
+        try:
+            connections["default"].ensure_connection()
+            barrier.wait()
+            ids.append(services.enqueue("tests.manual", {"value": 1}, key="same").pk)
+        except BaseException as exc:
+            errors.append(exc)
+        finally:
+            connections.close_all()
+
+    threads = [threading.Thread(target=racer) for _ in range(RACERS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=60)
+    assert not errors, errors
+    assert len(ids) == RACERS and len(set(ids)) == 1
+    assert JobRun.objects.filter(job__name="tests.manual").count() == 1
+    assert JobRun.objects.get().key == "enqueued:same"
+
+
+ENQUEUE_IN_CHILD = """
+import sys
+import django
+
+django.setup()
+from django.db import connection
+from django_cluster_jobs import services
+
+connection.ensure_connection()
+print("ready", flush=True)
+sys.stdin.readline()
+print(services.enqueue("tests.manual", {"value": 2}, key="same").pk, flush=True)
+"""
+
+
+def test_concurrent_processes_with_one_key_get_one_run():
+    env = {
+        **os.environ,
+        "DATABASE_URL": database_url(),
+        "DJANGO_SETTINGS_MODULE": "tests.settings",
+        "PYTHONPATH": str(ROOT),
+    }
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", ENQUEUE_IN_CHILD],
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    try:
+        for proc in procs:  # every child is set up and connected before any enqueues
+            assert proc.stdout.readline().strip() == "ready"
+        for proc in procs:
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+        outputs = [proc.communicate(timeout=60)[0] for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+            proc.wait(timeout=10)
+    assert [proc.returncode for proc in procs] == [0] * 4
+    ids = {int(out.split()[-1]) for out in outputs}
+    assert len(ids) == 1
+    assert list(JobRun.objects.values_list("pk", flat=True)) == list(ids)
+
+
+# -- the payload is checked at the call ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [{"value": object()}, {"when": NOW}, {1: "not a keyword"}, {"x": float("nan")}, ["value"]],
+    ids=["object", "datetime", "int-key", "nan", "not-a-dict"],
+)
+def test_a_payload_that_is_not_json_is_refused_naming_the_job(payload):
+    with pytest.raises(InvalidPayload, match=r"'tests\.manual'") as caught:
+        services.enqueue("tests.manual", payload)
+    assert caught.value.job == "tests.manual"
+    assert not JobRun.objects.exists()
+
+
+def test_the_job_shortcut_checks_the_payload_too():
+    with pytest.raises(InvalidPayload, match=r"tests\.manual.*not JSON-serialisable"):
+        registry.get("tests.manual").enqueue(value={1, 2})
+    run = registry.get("tests.manual").enqueue(value=[1, {"a": None}])
+    assert (run.state, run.payload) == (RunState.PENDING, {"value": [1, {"a": None}]})
+
+
+# -- transactions ----------------------------------------------------------------------------
+
+
+def test_a_run_enqueued_in_a_transaction_appears_only_at_commit():
+    with transaction.atomic():
+        run = services.enqueue("tests.manual", {"value": 3})
+        assert count_runs(pk=run.pk) == 0  # another connection cannot see it yet
+    assert count_runs(pk=run.pk) == 1
+
+
+def test_a_rolled_back_transaction_takes_its_run_with_it():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        services.enqueue("tests.manual", {"value": 4}, key="rolled-back")
+        raise RuntimeError("the view failed")
+    assert not JobRun.objects.exists()
+
+
+def test_enqueue_deferred_with_on_commit_runs_after_the_commit():
+    with transaction.atomic():
+        transaction.on_commit(lambda: registry.get("tests.manual").enqueue(value=5))
+        assert not JobRun.objects.exists()
+    assert list(JobRun.objects.values_list("payload", flat=True)) == [{"value": 5}]
+
+
+def test_enqueue_deferred_with_on_commit_never_runs_after_a_rollback():
+    with pytest.raises(RuntimeError), transaction.atomic():
+        transaction.on_commit(lambda: registry.get("tests.manual").enqueue(value=6))
+        raise RuntimeError("the view failed")
+    assert not JobRun.objects.exists()
+
+
+@pytest.mark.postgresql
+def test_the_notification_is_sent_on_commit_and_never_on_rollback():
+    from django_cluster_jobs.coordination.postgresql import PENDING_CHANNEL
+
+    if app_settings.COORDINATION == "orm":
+        pytest.skip("the portable ORM path sends no notifications")
+    listener = connection.get_new_connection(connection.get_connection_params())
+    try:
+        listener.autocommit = True
+        listener.execute(f"LISTEN {PENDING_CHANNEL}")
+        with pytest.raises(RuntimeError), transaction.atomic():
+            services.enqueue("tests.manual", {"value": 7})
+            raise RuntimeError("rolled back")
+        assert list(listener.notifies(timeout=0.3)) == []
+        with transaction.atomic():
+            services.enqueue("tests.manual", {"value": 8})
+            assert list(listener.notifies(timeout=0.3)) == []
+        assert [n.channel for n in listener.notifies(timeout=2, stop_after=1)] == [PENDING_CHANNEL]
+    finally:
+        listener.close()
+
+
+# -- priority order with aging ---------------------------------------------------------------
+
+
+def pending(job, priority: int, overdue: float, **extra) -> JobRun:
+    due = NOW - timedelta(seconds=overdue)
+    return JobRunFactory(
+        job=job, state=RunState.PENDING, priority=priority, due_at=due, scheduled_at=due, **extra
+    )
+
+
+def take_one_by_one(coordinator, job_ids: list[int], now: datetime = NOW) -> list[int]:
+    order = []
+    while taken := coordinator.claim_pending("n", job_ids, 1, now, LEASE):
+        order.append(taken[0].run_id)
+    return order
+
+
+def test_pending_runs_are_taken_by_priority_with_aging(coordinator):
+    job, other = JobDefinitionFactory(), JobDefinitionFactory()
+    # rank = priority + seconds overdue / 60 (the default PRIORITY_AGING)
+    fresh_high = pending(job, 10, 0)  # 10
+    old_low = pending(job, 0, 600)  # 10, due earlier than fresh_high: wins the tie
+    old_low_later_id = pending(other, 0, 600)  # 10, same due time: the lower id wins
+    middle = pending(job, 5, 120)  # 7
+    recent_middle = pending(other, 5, 1)  # 5.02
+    pending(job, 99, -60)  # not due yet: never taken now
+    expected = [old_low, old_low_later_id, fresh_high, middle, recent_middle]
+
+    assert take_one_by_one(coordinator, [job.pk, other.pk]) == [r.pk for r in expected]
+    assert JobRun.objects.filter(state=RunState.PENDING).count() == 1
+
+
+def test_one_call_returns_the_runs_it_took_in_rank_order(coordinator):
+    job = JobDefinitionFactory()
+    runs = [pending(job, 3, 0), pending(job, 0, 400), pending(job, 1, 0), pending(job, 2, 90)]
+    taken = coordinator.claim_pending("n", [job.pk], 3, NOW, LEASE)
+    assert [w.run_id for w in taken] == [runs[1].pk, runs[3].pk, runs[0].pk]  # 6.7, 3.5, 3
+
+
+@pytest.mark.parametrize(
+    ("overdue", "first"),
+    [(0, "high"), (179, "high"), (180, "low"), (181, "low"), (3600, "low")],
+)
+def test_an_old_low_priority_run_beats_a_fresh_high_one_once_aged_enough(
+    coordinator, overdue, first
+):
+    job = JobDefinitionFactory()
+    high = pending(job, 3, 0)
+    low = pending(job, 0, overdue)  # three points behind: level after 180 s, ahead after
+    [taken] = coordinator.claim_pending("n", [job.pk], 1, NOW, LEASE)
+    assert taken.run_id == {"high": high, "low": low}[first].pk
+
+
+def test_the_aging_setting_scales_the_wait_per_point(coordinator):
+    job = JobDefinitionFactory()
+    high, low = pending(job, 3, 0), pending(job, 0, 40)
+    with override_settings(CLUSTER_JOBS={**settings.CLUSTER_JOBS, "PRIORITY_AGING": 10}):
+        assert take_one_by_one(coordinator, [job.pk]) == [low.pk, high.pk]
+
+
+@pytest.mark.parametrize("off", [None, 0])
+def test_without_aging_priority_is_strict(coordinator, off):
+    job = JobDefinitionFactory()
+    runs = [pending(job, 0, 86_400), pending(job, 1, 0), pending(job, 1, 60)]
+    with override_settings(CLUSTER_JOBS={**settings.CLUSTER_JOBS, "PRIORITY_AGING": off}):
+        assert take_one_by_one(coordinator, [job.pk]) == [runs[2].pk, runs[1].pk, runs[0].pk]
+
+
+def test_sub_second_due_times_rank_and_tie_exactly(coordinator):
+    job = JobDefinitionFactory()
+    high = pending(job, 1, 0.5)  # 1 + 0.5/60
+    level = pending(job, 0, 60.5)  # 60.5/60: the same rank, due earlier, so first
+    earlier, later = pending(job, 0, 0.5), pending(job, 0, 0.25)
+    expected = [level, high, earlier, later]
+    assert take_one_by_one(coordinator, [job.pk]) == [r.pk for r in expected]
+
+
+# -- how fast an idle node starts an enqueued run --------------------------------------------
+
+
+def wait_idle(scheduler) -> None:
+    """Wait until the node has started and the loop is asleep (and, on PostgreSQL, LISTENs)."""
+    wait_until(lambda: "started with" in scheduler.output(), timeout=30)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            listening = (
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query LIKE 'LISTEN %%'"
+            )
+            wait_until(lambda: cursor.execute(listening) or cursor.fetchone()[0], timeout=10)
+    time.sleep(0.5)
+
+
+def start_latencies(scheduler, rounds: int) -> list[float]:
+    """Enqueue ``rounds`` runs one at a time; return each one's started_at - created_at."""
+    latencies = []
+    for i in range(rounds):
+        run = services.enqueue("tests.manual", {"value": i})
+        started = wait_until(
+            lambda run=run: JobRun.objects.filter(pk=run.pk, started_at__isnull=False).first(),
+            timeout=10,
+            interval=0.01,
+        )
+        latencies.append((started.started_at - started.created_at).total_seconds())
+        time.sleep(0.3)  # back to idle before the next one
+    assert scheduler.proc.poll() is None, scheduler.output()
+    return latencies
+
+
+@pytest.mark.postgresql
+def test_notify_wakes_an_idle_node_within_100_ms(start_scheduler):
+    if app_settings.COORDINATION == "orm":
+        pytest.skip("the portable ORM path polls instead of listening")
+    scheduler = start_scheduler("listener", "--duration", "40")
+    wait_idle(scheduler)
+    latencies = start_latencies(scheduler, rounds=7)
+    print("NOTIFY enqueue-to-start latencies (ms):", [round(s * 1000, 1) for s in latencies])
+    assert statistics.median(latencies) < 0.1, latencies
+
+
+def test_an_idle_node_starts_an_enqueued_run_within_the_poll_interval(start_scheduler):
+    scheduler = start_scheduler("poller", "--duration", "40")
+    wait_idle(scheduler)
+    latencies = start_latencies(scheduler, rounds=3)
+    print("enqueue-to-start latencies (ms):", [round(s * 1000, 1) for s in latencies])
+    assert max(latencies) < app_settings.POLL_INTERVAL + SLACK, latencies

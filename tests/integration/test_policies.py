@@ -1,0 +1,242 @@
+"""Failure policies with an injected clock: retries, dead letters, breaker, timeouts, signals."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connections
+
+from django_cluster_jobs import services, signals
+from django_cluster_jobs.coordination import get_coordinator
+from django_cluster_jobs.engine.clock import Clock
+from django_cluster_jobs.engine.node import sync_definitions
+from django_cluster_jobs.engine.planner import load_planned
+from django_cluster_jobs.engine.runner import Runner
+from django_cluster_jobs.models import ClusterEvent, EventKind, JobDefinition, JobRun, RunState
+from django_cluster_jobs.registry import registry
+from django_cluster_jobs.retry import Backoff
+from tests.conftest import database_url
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 5, 28, 9, 0, tzinfo=UTC)
+
+
+class FixedClock(Clock):
+    """A clock the test moves by hand."""
+
+    def __init__(self, at: datetime) -> None:
+        super().__init__()
+        self.at = at
+
+    def local(self) -> datetime:
+        return self.at
+
+
+@pytest.fixture
+def env(request):
+    """A runner with a fixed clock, the definitions synced, and every signal recorded."""
+    sync_definitions(registry, "default")
+    planned = load_planned("default", registry)
+    clock = FixedClock(T0)
+    runner = Runner(get_coordinator(), clock, "n1")
+    sent = defaultdict(list)
+    receivers = []
+    for name in (
+        "run_started",
+        "run_succeeded",
+        "run_failed",
+        "run_retried",
+        "run_dead_lettered",
+        "run_skipped",
+        "run_lost",
+    ):
+
+        def receiver(sender, _name=name, **kwargs):
+            kwargs.pop("signal")
+            sent[_name].append({"sender": sender, **kwargs})
+
+        getattr(signals, name).connect(receiver)
+        receivers.append((getattr(signals, name), receiver))
+    yield runner, clock, planned, sent
+    for signal, receiver in receivers:
+        signal.disconnect(receiver)
+
+
+def run_then_close(runner: Runner, won, p) -> None:
+    try:
+        runner.run(won, p, T0, {})
+    finally:
+        connections.close_all()
+
+
+def take(runner: Runner, clock: FixedClock, planned: dict, name: str):
+    """Take the one due pending run of ``name`` and run it in this thread."""
+    p = planned[name]
+    [won] = runner.coordinator.claim_pending(
+        "n1", [p.definition.pk], 1, clock.now(), clock.now() + timedelta(seconds=30)
+    )
+    runner.run(won, p, won.scheduled_at, won.payload)
+    return JobRun.objects.get(pk=won.run_id)
+
+
+def test_backoff_policies():
+    assert Backoff("fixed", base=7).delay(5) == timedelta(seconds=7)
+    exp = Backoff("exponential", base=2, factor=3, cap=50)
+    assert [exp.delay(n).total_seconds() for n in (1, 2, 3, 4)] == [2, 6, 18, 50]
+    jitter = Backoff("exponential_jitter", base=10, cap=100)
+    assert jitter.delay(3, random.Random(1)) == timedelta(seconds=random.Random(1).uniform(0, 40))
+
+
+def test_a_retry_sequence_has_exact_backoff_then_dead_letters(env):
+    runner, clock, planned, sent = env
+    run = services.enqueue("tests.flaky", at=T0)
+    first = take(runner, clock, planned, "tests.flaky")
+    assert (first.state, first.attempt, first.due_at) == ("pending", 2, T0 + timedelta(seconds=10))
+    clock.at = T0 + timedelta(seconds=10)
+    second = take(runner, clock, planned, "tests.flaky")
+    assert (second.attempt, second.due_at) == (3, T0 + timedelta(seconds=25))  # 10 + min(20, 15)
+    clock.at = T0 + timedelta(seconds=25)
+    third = take(runner, clock, planned, "tests.flaky")
+    assert (third.state, third.attempt, third.pk) == (RunState.DEAD, 3, run.pk)
+    failures = run.events.filter(kind=EventKind.FAILED)
+    assert failures.count() == 2 and "Traceback" in failures.first().reason
+    assert [e.kind for e in run.events.all()].count(EventKind.RETRIED) == 2
+    assert [s["will_retry"] for s in sent["run_failed"]] == [True, True, False]
+    assert [s["due_at"] for s in sent["run_retried"]] == [
+        T0 + timedelta(seconds=10),
+        T0 + timedelta(seconds=25),
+    ]
+    assert len(sent["run_dead_lettered"]) == 1 and len(sent["run_started"]) == 3
+    assert set(sent["run_dead_lettered"][0]) == {
+        "sender",
+        "job",
+        "run_id",
+        "key",
+        "node",
+        "attempt",
+        "error",
+    }
+
+
+def test_replay_runs_a_dead_letter_again_as_a_linked_fresh_run(env):
+    runner, clock, planned, sent = env
+    dead = services.enqueue("tests.flaky", {"succeed_on": 1}, at=T0)
+    JobRun.objects.filter(pk=dead.pk).update(state=RunState.DEAD, attempt=3)
+    fresh = services.replay(JobRun.objects.get(pk=dead.pk), by="operator")
+    assert (fresh.origin_id, fresh.state, fresh.outcome) == (dead.pk, "pending", "replay")
+    assert dead.events.get().kind == EventKind.REPLAYED
+    clock.at = datetime.now(UTC) + timedelta(seconds=1)  # replays are due at once, in real time
+    done = take(runner, clock, planned, "tests.flaky")
+    assert (done.pk, done.state, done.result) == (fresh.pk, RunState.SUCCEEDED, 1)
+    assert [s["result"] for s in sent["run_succeeded"]] == [1]
+
+
+def test_exceptions_listed_in_dont_retry_are_never_retried(env):
+    runner, clock, planned, sent = env
+    services.enqueue("tests.no_retry", at=T0)
+    run = take(runner, clock, planned, "tests.no_retry")
+    assert (run.state, run.attempt) == (RunState.DEAD, 1)
+    assert run.error == "ValueError: bad input is never retried"
+    assert sent["run_retried"] == []
+
+
+def test_the_breaker_opens_after_consecutive_failures_and_resumes(env):
+    runner, clock, planned, _sent = env
+    for _ in range(2):
+        services.enqueue("tests.breaker", at=T0)
+        take(runner, clock, planned, "tests.breaker")
+    job = JobDefinition.objects.get(name="tests.breaker")
+    assert job.paused_until == T0 + timedelta(minutes=1)
+    assert "2 consecutive failed runs" in job.pause_reason
+    assert ClusterEvent.objects.filter(kind="breaker_opened").count() == 1
+    from django_cluster_jobs.coordination import Claim
+
+    claim = Claim(job.pk, "k", T0)
+    assert runner.coordinator.claim([claim], "n1", T0, T0 + timedelta(seconds=9)) == []
+    services.resume("tests.breaker")
+    assert len(runner.coordinator.claim([claim], "n1", T0, T0 + timedelta(seconds=9))) == 1
+
+
+def test_a_success_in_between_keeps_the_breaker_closed(env):
+    runner, clock, planned, _ = env
+    services.enqueue("tests.breaker", at=T0)
+    take(runner, clock, planned, "tests.breaker")
+    ok = services.enqueue("tests.manual", at=T0)
+    JobRun.objects.filter(pk=ok.pk).update(
+        job=JobDefinition.objects.get(name="tests.breaker"),
+        state=RunState.SUCCEEDED,
+        finished_at=T0,
+    )
+    services.enqueue("tests.breaker", at=T0)
+    take(runner, clock, planned, "tests.breaker")
+    assert JobDefinition.objects.get(name="tests.breaker").paused_until is None
+
+
+def test_a_timed_out_thread_run_is_flagged_cancelled_and_ends_timed_out(env):
+    runner, clock, planned, sent = env
+    services.enqueue("tests.polite", at=T0)
+    run = take(runner, clock, planned, "tests.polite")
+    assert run.state == RunState.TIMED_OUT and run.error.startswith("TimeoutError")
+    assert sent["run_failed"][0]["state"] == RunState.TIMED_OUT
+
+
+def test_a_thread_ignoring_its_timeout_is_concluded_after_the_grace_period(env, settings):
+    settings.CLUSTER_JOBS = {**settings.CLUSTER_JOBS, "GRACE_PERIOD": 0.3}
+    runner, _clock, planned, _ = env
+    services.enqueue("tests.stubborn", at=T0)
+    p = planned["tests.stubborn"]
+    [won] = runner.coordinator.claim_pending("n1", [p.definition.pk], 1, T0, T0 + timedelta(60))
+    worker = threading.Thread(target=run_then_close, args=(runner, won, p), daemon=True)
+    worker.start()
+    from tests.conftest import wait_until
+
+    wait_until(lambda: JobRun.objects.get(pk=won.run_id).state == RunState.TIMED_OUT, 5)
+    assert worker.is_alive(), "concluded only after the handler returned"
+    worker.join(10)
+    assert not JobRun.objects.get(pk=won.run_id).events.filter(kind="fenced_out").exists()
+
+
+def test_the_process_executor_kills_a_hung_handler_at_its_deadline(env, monkeypatch):
+    monkeypatch.setenv("DATABASE_URL", database_url())
+    runner, clock, planned, _ = env
+    services.enqueue("tests.hang", at=T0)
+    started = datetime.now(UTC)
+    run = take(runner, clock, planned, "tests.hang")
+    assert run.state == RunState.TIMED_OUT and "killed after 1.0s" in run.error
+    assert datetime.now(UTC) - started < timedelta(seconds=20)
+
+
+def test_a_cancel_request_ends_the_run_cancelled(env):
+    runner, _clock, planned, _ = env
+    pending = services.enqueue("tests.cancellable", at=T0)
+    p = planned["tests.cancellable"]
+    [won] = runner.coordinator.claim_pending("n1", [p.definition.pk], 1, T0, T0 + timedelta(60))
+    worker = threading.Thread(target=run_then_close, args=(runner, won, p), daemon=True)
+    worker.start()
+    from tests.conftest import wait_until
+
+    wait_until(lambda: won.run_id in runner.running, 5)
+    assert services.request_cancel(JobRun.objects.get(pk=pending.pk))
+    runner.cancel({won.run_id}, why="cancel")  # what the node's heartbeat does on seeing it
+    worker.join(10)
+    run = JobRun.objects.get(pk=pending.pk)
+    assert run.state == RunState.CANCELLED
+    kinds = set(run.events.values_list("kind", flat=True))
+    assert {EventKind.CANCEL_REQUESTED, EventKind.CANCELLED} <= kinds
+
+
+def test_losing_an_at_most_once_run_sends_run_lost_once(env):
+    from django_cluster_jobs.coordination import Won
+
+    runner, _clock, planned, sent = env
+    run = services.enqueue("tests.long_once", at=T0)
+    p = planned["tests.long_once"]
+    [won] = runner.coordinator.claim_pending("n1", [p.definition.pk], 1, T0, T0 + timedelta(60))
+    runner.coordinator.hand_back(won, "n1", T0)
+    runner.coordinator.hand_back(Won(won.run_id, won.job_id, won.key, won.fence), "n1", T0)
+    assert [(s["run_id"], s["sender"]) for s in sent["run_lost"]] == [(run.pk, "tests.long_once")]
