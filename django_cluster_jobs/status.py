@@ -1,0 +1,225 @@
+"""The cluster at a glance, as one dict of JSON values: ``schedulerstatus``, an API or the admin.
+
+``build_status()`` returns these keys (times are ISO-8601 UTC strings or null):
+
+- ``generated_at``: the database's time the report was made at (ages are measured from it);
+- ``healthy``: whether an active node heartbeated within ``dead_after_seconds`` (DEAD_AFTER);
+- ``nodes``: ``node_id, host, pid, version, tags, status, started_at, last_heartbeat,
+  heartbeat_age_seconds, running_runs, clock_offset_ms, claims_won, claims_lost, skipped``;
+- ``leader``: ``holder, since, fence, expires_at`` while a node holds the lease, else null;
+- ``jobs``: ``name, callable, source, schedule {kind, cron, timezone, interval_seconds},
+  description, enabled, paused, paused_until, pause_reason, next_fire_time, last_run,
+  last_success, last_failure`` (each run: ``id, key, state, scheduled_at, started_at,
+  finished_at, node, error``);
+- ``recent_failures``: the latest failed, timed out, lost and dead-lettered runs, newest first,
+  each a run as above plus ``job``.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from functools import lru_cache
+from typing import Any
+
+from cron_descriptor import Options, get_description
+from django.db.models import Count, F, OuterRef, QuerySet, Subquery
+from django.utils import timezone
+
+from .conf import app_settings
+from .coordination import get_coordinator
+from .exceptions import ImproperlyDeclared
+from .models import JobDefinition, JobRun, Lease, NodeStatus, RunState, ScheduleKind, WorkerNode
+
+#: Name of the leader lease (engine.leader.LEADER; not imported, to keep this module light).
+LEADER = "leader"
+FAILURE_STATES = (RunState.FAILED, RunState.TIMED_OUT, RunState.LOST, RunState.DEAD)
+RUN_FIELDS = ("pk", "key", "state", "scheduled_at", "started_at", "finished_at", "node", "error")
+
+
+def iso(at: datetime | None) -> str | None:
+    """Return ``at`` as ISO-8601 in UTC with a Z, to the millisecond; None stays None."""
+    if at is None:
+        return None
+    return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@lru_cache(maxsize=256)
+def describe_cron(expr: str) -> str:
+    """Return cron-descriptor's English reading of ``expr``, or ``expr`` when it cannot."""
+    fields = expr.split()
+    if len(fields) == 6:  # ours are seconds-first; a year field stops it guessing one
+        fields.append("*")
+    try:
+        return get_description(" ".join(fields), Options(use_24hour_time_format=True))
+    except Exception:  # a description is a nicety: never fail the report over one
+        return expr
+
+
+def describe(job: JobDefinition) -> str:
+    """Return a one-line reading of the job's schedule."""
+    kind, seconds = job.schedule_kind, job.interval.total_seconds() if job.interval else 0
+    if kind == ScheduleKind.CRON:
+        return f"{describe_cron(job.cron)} ({job.timezone})"
+    if kind == ScheduleKind.EVERY:
+        return f"every {seconds:g} s"
+    if kind == ScheduleKind.DELAY:
+        return f"{seconds:g} s after the previous run"
+    if kind == ScheduleKind.STARTUP:
+        return "at scheduler start, on every node"
+    return "on demand only"
+
+
+def build_status(
+    *, using: str | None = None, failures: int = 10, now: datetime | None = None
+) -> dict[str, Any]:
+    """Return the status report (see the module docstring for its keys)."""
+    alias = using or app_settings.DATABASE
+    now = now or get_coordinator(alias).db_now() or timezone.now()
+    nodes = _nodes(alias, now)
+    dead_after = app_settings.DEAD_AFTER
+    return {
+        "generated_at": iso(now),
+        "healthy": any(
+            n["status"] == NodeStatus.ACTIVE and n["heartbeat_age_seconds"] <= dead_after
+            for n in nodes
+        ),
+        "dead_after_seconds": dead_after,
+        "nodes": nodes,
+        "leader": _leader(alias, now),
+        "jobs": _jobs(alias, now),
+        "recent_failures": _failures(alias, failures),
+    }
+
+
+def _nodes(alias: str, now: datetime) -> list[dict[str, Any]]:
+    running = dict(
+        JobRun.objects.using(alias)
+        .filter(state=RunState.RUNNING)
+        .values_list("node")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return [
+        {
+            "node_id": node.node_id,
+            "host": node.host,
+            "pid": node.pid,
+            "version": node.version,
+            "tags": list(node.tags or []),
+            "status": node.status,
+            "started_at": iso(node.started_at),
+            "last_heartbeat": iso(node.last_heartbeat),
+            "heartbeat_age_seconds": round((now - node.last_heartbeat).total_seconds(), 3),
+            "running_runs": running.get(node.node_id, 0),
+            "clock_offset_ms": round(node.clock_offset_ms, 3),
+            "claims_won": node.claims_won,
+            "claims_lost": node.claims_lost,
+            "skipped": dict(node.skipped or {}),
+        }
+        for node in WorkerNode.objects.using(alias).order_by("node_id")
+    ]
+
+
+def _leader(alias: str, now: datetime) -> dict[str, Any] | None:
+    lease = (
+        Lease.objects.using(alias)
+        .filter(name=LEADER, expires_at__gt=now)
+        .exclude(holder="")
+        .first()
+    )
+    if lease is None:
+        return None
+    return {
+        "holder": lease.holder,
+        "since": iso(lease.acquired_at),
+        "fence": lease.fence,
+        "expires_at": iso(lease.expires_at),
+    }
+
+
+def _run(row: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "id": row["pk"],
+        "key": row["key"],
+        "state": row["state"],
+        "scheduled_at": iso(row["scheduled_at"]),
+        "started_at": iso(row["started_at"]),
+        "finished_at": iso(row["finished_at"]),
+        "node": row["node"],
+        "error": (row["error"] or "").split("\n", 1)[0],
+    }
+
+
+def _latest(runs: QuerySet) -> Subquery:
+    return Subquery(
+        runs.filter(job_id=OuterRef("pk")).order_by("-scheduled_at", "-pk").values("pk")[:1]
+    )
+
+
+def _jobs(alias: str, now: datetime) -> list[dict[str, Any]]:
+    runs = JobRun.objects.using(alias)
+    definitions = list(
+        JobDefinition.objects.using(alias)
+        .annotate(
+            last_run_id=_latest(runs.filter(scheduled_at__lte=now)),
+            last_success_id=_latest(runs.filter(state=RunState.SUCCEEDED)),
+            last_failure_id=_latest(runs.filter(state__in=FAILURE_STATES)),
+        )
+        .order_by("name")
+    )
+    ids = {
+        pk
+        for d in definitions
+        for pk in (d.last_run_id, d.last_success_id, d.last_failure_id)
+        if pk is not None
+    }
+    by_id = {row["pk"]: _run(row) for row in runs.filter(pk__in=ids).values(*RUN_FIELDS)}
+    return [_job(d, now, by_id) for d in definitions]
+
+
+def _job(job: JobDefinition, now: datetime, runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    paused = job.paused_until is not None and job.paused_until > now
+    return {
+        "name": job.name,
+        "callable": job.callable_name,
+        "source": job.source,
+        "schedule": {
+            "kind": job.schedule_kind,
+            "cron": job.cron or None,
+            "timezone": job.timezone,
+            "interval_seconds": job.interval.total_seconds() if job.interval else None,
+        },
+        "description": describe(job),
+        "enabled": job.enabled,
+        "paused": paused,
+        "paused_until": iso(job.paused_until) if paused else None,
+        "pause_reason": job.pause_reason if paused else "",
+        "next_fire_time": iso(_next_fire(job, now, paused)),
+        "last_run": runs.get(job.last_run_id),  # type: ignore[attr-defined]
+        "last_success": runs.get(job.last_success_id),  # type: ignore[attr-defined]
+        "last_failure": runs.get(job.last_failure_id),  # type: ignore[attr-defined]
+    }
+
+
+def _next_fire(job: JobDefinition, now: datetime, paused: bool) -> datetime | None:
+    """The next slot the schedule fires at (after a pause ends); None when it has no slots."""
+    if not job.enabled:
+        return None
+    try:
+        schedule = job.get_schedule()
+    except (ImproperlyDeclared, ValueError):
+        return None
+    if not schedule.slotted:
+        return None
+    start = max(now, job.paused_until) if paused else now  # type: ignore[type-var]
+    return schedule.next_after(start)
+
+
+def _failures(alias: str, limit: int) -> list[dict[str, Any]]:
+    rows = (
+        JobRun.objects.using(alias)
+        .filter(state__in=FAILURE_STATES)
+        .order_by(F("finished_at").desc(nulls_last=True), "-pk")
+        .values(*RUN_FIELDS, "job__name")[:limit]
+    )
+    return [{"job": row["job__name"], **_run(row)} for row in rows]
