@@ -54,8 +54,9 @@ from .schedules import Schedule, from_fields
 #: Columns a code declaration writes on every scheduler start (see Job.definition_fields).
 CODE_OWNED = (
     "name", "callable_name", "source", "schedule_kind", "cron", "timezone", "interval",
-    "placement", "delivery", "overlap", "misfire", "catch_up_window", "max_attempts",
-    "backoff", "timeout", "priority", "queue", "max_concurrency", "requires", "payload",
+    "placement", "delivery", "overlap", "misfire", "catch_up_window", "catch_up_limit",
+    "max_attempts", "backoff", "breaker_threshold", "breaker_cooldown", "timeout", "executor",
+    "priority", "queue", "max_concurrency", "requires", "payload",
 )  # fmt: skip
 FAILURE_STATES = (RunState.FAILED, RunState.TIMED_OUT, RunState.LOST, RunState.DEAD)
 MANAGE_PERMISSION = f"{JobDefinition._meta.app_label}.manage_jobdefinition"
