@@ -1,0 +1,121 @@
+"""What the console's admins share: the ledger database, read-only rows and operator actions.
+
+Operator actions are ordinary admin actions guarded by ``permissions=["trigger"]`` or
+``permissions=["manage"]`` (Django calls ``has_trigger_permission`` / ``has_manage_permission``),
+so a user without the permission is neither offered the action nor able to post it. Each action
+calls a function of :mod:`django_cluster_jobs.services`, writes one admin log entry per object it
+changed and tells the user what happened. Some are also offered as buttons on an object's page.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.admin.utils import quote
+from django.db.models import Model, QuerySet
+from django.http import HttpResponseRedirect
+from django.urls import reverse
+
+from ..conf import app_settings
+from ..models import JobDefinition
+
+_LABEL = JobDefinition._meta.app_label
+#: Run a job now, replay a run.
+TRIGGER_PERMISSION = f"{_LABEL}.trigger_jobdefinition"
+#: Pause, resume, enable and disable jobs, cancel runs, drain nodes.
+MANAGE_PERMISSION = f"{_LABEL}.manage_jobdefinition"
+#: POST field of the buttons on an object's page: come back to that page after the action.
+FROM_OBJECT = "_from_object"
+
+
+def actor(request) -> str:
+    """Return who acts, as recorded in the ledger (``triggered by …``, event ``node``)."""
+    return f"admin:{request.user.get_username()}"
+
+
+def ledger(model: type[Model]) -> QuerySet:
+    """Return a plain queryset of ``model`` on the ledger database."""
+    return model.objects.using(app_settings.DATABASE)
+
+
+class LedgerDatabaseMixin:
+    """Read and write the ledger on CLUSTER_JOBS["DATABASE"] (Django's multi-database pattern)."""
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).using(app_settings.DATABASE)
+
+    def save_model(self, request, obj, form, change):
+        obj.save(using=app_settings.DATABASE)
+
+    def delete_model(self, request, obj):
+        obj.delete(using=app_settings.DATABASE)
+
+
+class ReadOnlyMixin:
+    """The scheduler owns these rows: view them, never add, change or delete them here."""
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+class OperatorActionsMixin:
+    """Permission checks for operator actions, their report, and buttons on an object's page."""
+
+    #: (action name, button label) of actions also offered on an object's change page.
+    object_actions: tuple[tuple[str, str], ...] = ()
+    change_form_template = "admin/cluster_jobs/change_form.html"
+
+    def has_trigger_permission(self, request) -> bool:
+        return request.user.has_perm(TRIGGER_PERMISSION)
+
+    def has_manage_permission(self, request) -> bool:
+        return request.user.has_perm(MANAGE_PERMISSION)
+
+    def report(
+        self, request, changed: Iterable[tuple[Model, str]], text: str, *, done: bool = True
+    ) -> None:
+        """Log each changed object with its message, then tell the user ``text``."""
+        for obj, message in changed:
+            self.log_change(request, obj, message)
+        self.message_user(request, text, messages.SUCCESS if done else messages.WARNING)
+
+    def object_action_applies(self, name: str, obj: Any) -> bool:
+        """Whether the button of action ``name`` makes sense for ``obj`` (all do by default)."""
+        return True
+
+    def object_action_choices(self, request, obj: Any) -> list[tuple[str, str]]:
+        """Return (name, label) of the object-page actions this user may run on ``obj``."""
+        if obj is None:
+            return []
+        allowed = self.get_actions(request)
+        return [
+            (name, label)
+            for name, label in self.object_actions
+            if name in allowed and self.object_action_applies(name, obj)
+        ]
+
+    def render_change_form(self, request, context, add=False, change=False, form_url="", obj=None):
+        opts = self.model._meta
+        context["object_actions"] = self.object_action_choices(request, obj)
+        context["object_actions_url"] = reverse(
+            f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_changelist"
+        )
+        return super().render_change_form(request, context, add, change, form_url, obj)
+
+    def response_action(self, request, queryset):
+        response = super().response_action(request, queryset)
+        selected = request.POST.getlist("_selected_action")
+        back = FROM_OBJECT in request.POST and len(selected) == 1
+        if back and isinstance(response, HttpResponseRedirect):
+            opts = self.model._meta
+            name = f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_change"
+            return HttpResponseRedirect(reverse(name, args=[quote(selected[0])]))
+        return response

@@ -1,0 +1,154 @@
+"""The cluster in the console: nodes with their health and the leader, leases, cluster events."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.db.models import (
+    BooleanField,
+    Count,
+    DurationField,
+    ExpressionWrapper,
+    F,
+    OuterRef,
+    Q,
+    Subquery,
+)
+from django.db.models.functions import Now
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
+
+from .. import services
+from ..engine.leader import LEADER
+from ..models import ClusterEvent, JobRun, Lease, NodeStatus, RunState, WorkerNode
+from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, ledger
+from .runs import NodeFilter
+from .text import interval_text, when
+
+
+def _held() -> Q:
+    # Leases run on the database's clock, so "held" is decided there too.
+    return Q(expires_at__gt=Now())
+
+
+def current_leader() -> Lease | None:
+    """Return the leader lease while some node holds it (one query), else None."""
+    return ledger(Lease).filter(_held(), name=LEADER).exclude(holder="").first()
+
+
+@admin.register(WorkerNode)
+class WorkerNodeAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
+    list_display = (
+        "node_id", "leader", "host", "pid", "version", "status", "started_at", "last_heartbeat",
+        "heartbeat_age", "clock_offset", "claims_won", "claims_lost", "skips", "running_runs",
+    )  # fmt: skip
+    list_filter = ("status",)
+    search_fields = ("node_id", "host")
+    actions = ("drain",)
+    object_actions = (("drain", gettext_lazy("Drain")),)
+    fields = (
+        "node_id", "leader", "host", "pid", "version", "tags", "status", "started_at",
+        "last_heartbeat", "heartbeat_age", "stopped_at", "clock_offset_ms", "claims_won",
+        "claims_lost", "skips", "running_runs",
+    )  # fmt: skip
+    readonly_fields = ("leader", "heartbeat_age", "skips", "running_runs")
+
+    def get_queryset(self, request):
+        running = JobRun.objects.filter(node=OuterRef("node_id"), state=RunState.RUNNING)
+        count = running.order_by().values("node").annotate(n=Count("pk")).values("n")[:1]
+        lease = Lease.objects.filter(_held(), name=LEADER, holder=OuterRef("node_id"))
+        # Heartbeats are stamped on the database's clock, so their age is measured there too.
+        age = ExpressionWrapper(Now() - F("last_heartbeat"), output_field=DurationField())
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                running_count=Subquery(count),
+                heartbeat_age_value=age,
+                leader_fence=Subquery(lease.values("fence")[:1]),
+                leader_since=Subquery(lease.values("acquired_at")[:1]),
+            )
+        )
+
+    def changelist_view(self, request, extra_context=None):
+        extra_context = {**(extra_context or {}), "leader_lease": current_leader()}
+        return super().changelist_view(request, extra_context)
+
+    def object_action_applies(self, name, obj):
+        return obj.status == NodeStatus.ACTIVE
+
+    @admin.action(description=gettext_lazy("Drain selected nodes"), permissions=["manage"])
+    def drain(self, request, queryset):
+        nodes = list(ledger(WorkerNode).filter(pk__in=list(queryset.values_list("pk", flat=True))))
+        active = [node for node in nodes if node.status == NodeStatus.ACTIVE]
+        drained = services.request_drain([node.node_id for node in active])
+        changed = [(node, "Drain requested.") for node in active]
+        text = ngettext(
+            "%(n)d node will drain at its next heartbeat.",
+            "%(n)d nodes will drain at their next heartbeat.",
+            drained,
+        ) % {"n": drained}
+        self.report(request, changed, text, done=bool(drained))
+
+    # -- columns
+
+    @admin.display(description=gettext_lazy("leader"), ordering="leader_fence")
+    def leader(self, obj):
+        if obj.leader_fence is None:
+            return ""
+        text = _("leader since %(since)s, fence %(fence)s")
+        return format_html(
+            '<strong class="cluster-jobs-leader">{}</strong>',
+            text % {"since": when(obj.leader_since), "fence": obj.leader_fence},
+        )
+
+    @admin.display(description=gettext_lazy("heartbeat age"), ordering="heartbeat_age_value")
+    def heartbeat_age(self, obj):
+        seconds = int(obj.heartbeat_age_value.total_seconds())
+        return interval_text(timedelta(seconds=seconds)) if seconds > 0 else _("< 1 s")
+
+    @admin.display(description=gettext_lazy("clock offset (ms)"), ordering="clock_offset_ms")
+    def clock_offset(self, obj):
+        return f"{obj.clock_offset_ms:+.1f}"
+
+    @admin.display(description=gettext_lazy("skipped"))
+    def skips(self, obj):
+        return ", ".join(f"{reason}: {n}" for reason, n in sorted(obj.skipped.items())) or "-"
+
+    @admin.display(description=gettext_lazy("running runs"), ordering="running_count")
+    def running_runs(self, obj):
+        count = obj.running_count or 0
+        url = reverse(f"{self.admin_site.name}:cluster_jobs_jobrun_changelist")
+        query = urlencode({"node": obj.node_id, "state__exact": RunState.RUNNING})
+        return format_html('<a href="{}?{}">{}</a>', url, query, count)
+
+
+@admin.register(Lease)
+class LeaseAdmin(ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
+    list_display = ("name", "holder", "fence", "acquired_at", "expires_at", "held")
+    search_fields = ("name", "holder")
+    fields = ("name", "holder", "fence", "acquired_at", "expires_at", "held")
+
+    def get_queryset(self, request):
+        held = ExpressionWrapper(_held(), output_field=BooleanField())
+        return super().get_queryset(request).annotate(is_held=held)
+
+    @admin.display(description=gettext_lazy("held"), boolean=True, ordering="is_held")
+    def held(self, obj):
+        return bool(obj.is_held)
+
+
+@admin.register(ClusterEvent)
+class ClusterEventAdmin(ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
+    """What happened to the cluster: leadership changes, dead nodes, reaping, purges."""
+
+    list_display = ("at", "kind", "node", "fence", "detail")
+    list_filter = ("kind", NodeFilter)
+    search_fields = ("node", "detail")
+    date_hierarchy = "at"
+    fields = ("at", "kind", "node", "fence", "detail")
+    show_full_result_count = False

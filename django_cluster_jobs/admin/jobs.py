@@ -1,0 +1,219 @@
+"""Jobs in the console: schedules added without a deploy, fire times, history and actions.
+
+Code-declared jobs keep their schedule and policies read-only (the scheduler rewrites them from
+code at every start); operators add database schedules for any registered job here, and every
+running node re-plans within a heartbeat because saving moves ``updated_at``.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from urllib.parse import urlencode
+
+from django.contrib import admin
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
+
+from ..conf import app_settings
+from ..models import JobDefinition, JobRun, RunState, ScheduleKind, Source
+from .base import LedgerDatabaseMixin, ledger
+from .forms import JobDefinitionForm
+from .job_actions import JobActionsMixin, pause_text
+from .text import fire_times_table, interval_text, schedule_or_none, schedule_text, when
+
+#: Fields only an operator sets; everything else on a code job comes from its declaration.
+OPERATOR_OWNED = ("enabled", "paused_until", "pause_reason")
+#: Columns a code declaration writes on every scheduler start (see Job.definition_fields).
+CODE_OWNED = tuple(
+    f.name
+    for f in JobDefinition._meta.concrete_fields
+    if f.editable and not f.primary_key and f.name not in OPERATOR_OWNED
+)
+FAILURE_STATES = (RunState.FAILED, RunState.TIMED_OUT, RunState.LOST, RunState.DEAD)
+MAIN_FIELDS = ("name", "callable_name", "source", "enabled", "pause_state")
+SCHEDULE_FIELDS = ("schedule_kind", "cron", "timezone", "interval")
+COMPUTED = ("pause_state", "schedule_description", "next_fire_times")
+HISTORY = (
+    "runs_last_day", "last_run_detail", "last_success", "last_failure", "created_at", "updated_at",
+)  # fmt: skip
+#: Every other declared column (retries, breaker, timeouts, …) lands here, so new ones show up.
+POLICY_FIELDS = tuple(f for f in CODE_OWNED if f not in (*MAIN_FIELDS, *SCHEDULE_FIELDS))
+DAY = timedelta(hours=24)
+
+
+class PausedFilter(admin.SimpleListFilter):
+    title, parameter_name = _("paused"), "paused"
+
+    def lookups(self, request, model_admin):
+        return (("yes", _("Yes")), ("no", _("No")))
+
+    def queryset(self, request, queryset):
+        paused = Q(paused_until__gt=timezone.now())
+        if self.value() == "yes":
+            return queryset.filter(paused)
+        return queryset.exclude(paused) if self.value() == "no" else queryset
+
+
+@admin.register(JobDefinition)
+class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin):
+    form = JobDefinitionForm
+    list_display = (
+        "name", "schedule", "source", "enabled", "paused", "placement", "last_run",
+        "next_fire_time",
+    )  # fmt: skip
+    list_editable = ("enabled",)
+    list_filter = ("enabled", PausedFilter, "schedule_kind", "source", "placement")
+    search_fields = ("name", "callable_name")
+    fieldsets = (
+        (None, {"fields": MAIN_FIELDS}),
+        (_("Schedule"), {"fields": (*SCHEDULE_FIELDS, "schedule_description", "next_fire_times")}),
+        (_("Policies"), {"fields": POLICY_FIELDS}),
+        (_("History"), {"fields": HISTORY}),
+    )
+
+    def get_queryset(self, request):
+        latest = JobRun.objects.filter(job=OuterRef("pk"), scheduled_at__lte=timezone.now())
+        latest = latest.order_by("-scheduled_at", "-id")
+        return (
+            super()
+            .get_queryset(request)
+            .annotate(
+                last_run_state=Subquery(latest.values("state")[:1]),
+                last_run_at=Subquery(latest.values("scheduled_at")[:1]),
+            )
+        )
+
+    def get_fieldsets(self, request, obj=None):
+        return self.fieldsets if obj else self.fieldsets[:-1]
+
+    def save_model(self, request, obj, form, change):
+        # Write only what the operator changed, so a concurrent code sync is not overwritten.
+        fields = {*form.changed_data, "updated_at"} if change else None
+        obj.save(using=app_settings.DATABASE, update_fields=fields)
+
+    def get_readonly_fields(self, request, obj=None):
+        # Pausing goes through the pause and resume actions (manage permission), not the form.
+        if obj is not None and obj.source == Source.CODE:
+            return (*CODE_OWNED, *COMPUTED, *HISTORY)
+        return ("source", *COMPUTED, *HISTORY)
+
+    def has_delete_permission(self, request, obj=None):
+        # The code would re-create the row at the next start, and deleting cascades its runs.
+        if obj is not None and obj.source == Source.CODE:
+            return False
+        return super().has_delete_permission(request, obj)
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        actions.pop("delete_selected", None)  # bulk delete would bypass the code-row guard
+        return actions
+
+    # -- columns
+
+    @admin.display(description=_("schedule"), ordering="schedule_kind")
+    def schedule(self, obj):
+        return schedule_text(obj)
+
+    @admin.display(description=_("paused"), ordering="paused_until")
+    def paused(self, obj):
+        return pause_text(obj) or "-"
+
+    @admin.display(description=_("last run"), ordering="last_run_at")
+    def last_run(self, obj):
+        if obj.last_run_at is None:
+            return "-"
+        state = dict(RunState.choices).get(obj.last_run_state, obj.last_run_state)
+        return f"{state} · {when(obj.last_run_at)}"
+
+    @admin.display(description=_("next fire time"))
+    def next_fire_time(self, obj):
+        if not obj.enabled:
+            return _("disabled")
+        schedule = schedule_or_none(obj)
+        if schedule is None or not schedule.slotted:
+            return "-"
+        return schedule.next_after(self._start(obj))
+
+    @staticmethod
+    def _start(obj) -> datetime:
+        now = timezone.now()
+        return max(now, obj.paused_until) if obj.paused_until else now
+
+    # -- detail
+
+    @admin.display(description=_("paused"))
+    def pause_state(self, obj):
+        return pause_text(obj) or _("No")
+
+    @admin.display(description=_("reads as"))
+    def schedule_description(self, obj):
+        return schedule_text(obj)
+
+    @admin.display(description=_("next 5 fire times"))
+    def next_fire_times(self, obj):
+        schedule = schedule_or_none(obj)
+        if schedule is None:
+            return _("None: the schedule is invalid.")
+        if not schedule.slotted:
+            return self._why_no_fire_times(obj)
+        table = fire_times_table(schedule.upcoming(self._start(obj), 5), obj.timezone)
+        note = "" if obj.enabled else _("Disabled: these occurrences will be skipped.")
+        return format_html("{}{}", table, note)
+
+    @staticmethod
+    def _why_no_fire_times(obj) -> str:
+        if obj.schedule_kind == ScheduleKind.DELAY:
+            return _(
+                "None: each run is due %(interval)s after the previous run finished anywhere "
+                "in the cluster, so there are no fixed fire times."
+            ) % {"interval": interval_text(obj.interval)}
+        if obj.schedule_kind == ScheduleKind.STARTUP:
+            return _("None: it runs on every node when that node's scheduler starts.")
+        return _("None: it runs only when triggered.")
+
+    @admin.display(description=_("runs in the last 24 hours"))
+    def runs_last_day(self, obj):
+        since = timezone.now() - DAY
+        counts = dict(
+            ledger(JobRun)
+            .filter(job_id=obj.pk, scheduled_at__gte=since)
+            .order_by()
+            .values_list("state")
+            .annotate(n=Count("pk"))
+        )
+        if not counts:
+            return _("None")
+        url = reverse(f"{self.admin_site.name}:cluster_jobs_jobrun_changelist")
+        rows = (
+            (f"{url}?{urlencode(self._runs_query(obj, state, since))}", label, counts[state])
+            for state, label in RunState.choices
+            if state in counts
+        )
+        return format_html_join(" · ", '<a href="{}">{}: {}</a>', rows)
+
+    @staticmethod
+    def _runs_query(obj, state: str, since: datetime) -> dict[str, str]:
+        return {"job": obj.pk, "state__exact": state, "scheduled_at__gte": since.isoformat()}
+
+    @admin.display(description=_("last run"))
+    def last_run_detail(self, obj):
+        return self._run_link(obj.runs.filter(scheduled_at__lte=timezone.now()))
+
+    @admin.display(description=_("last success"))
+    def last_success(self, obj):
+        return self._run_link(obj.runs.filter(state=RunState.SUCCEEDED))
+
+    @admin.display(description=_("last failure"))
+    def last_failure(self, obj):
+        return self._run_link(obj.runs.filter(state__in=FAILURE_STATES))
+
+    def _run_link(self, runs: QuerySet) -> str:
+        run = runs.using(app_settings.DATABASE).order_by("-scheduled_at", "-id").first()
+        if run is None:
+            return "-"
+        url = reverse(f"{self.admin_site.name}:cluster_jobs_jobrun_change", args=[run.pk])
+        label = f"{run.get_state_display()} · {when(run.finished_at or run.scheduled_at)}"
+        return format_html('<a href="{}">{}</a>', url, label)

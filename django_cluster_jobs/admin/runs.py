@@ -1,0 +1,184 @@
+"""Runs in the console: the read-only ledger with its timeline, plus cancel and replay."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.db.models import DurationField, ExpressionWrapper, F
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
+
+from .. import services
+from ..conf import app_settings
+from ..models import LIVE_STATES, JobDefinition, JobRun, RunEvent, RunState, WorkerNode
+from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, actor, ledger
+from .text import as_json, interval_text, pre
+
+
+class LedgerChoicesFilter(admin.SimpleListFilter):
+    """A filter whose choices come from a small ledger table (never from the runs themselves)."""
+
+    field = ""
+
+    def queryset(self, request, queryset):
+        value = self.value()
+        return queryset.filter(**{self.field: value}) if value else queryset
+
+
+class JobFilter(LedgerChoicesFilter):
+    title, parameter_name, field = gettext_lazy("job"), "job", "job_id"
+
+    def lookups(self, request, model_admin):
+        return ledger(JobDefinition).values_list("pk", "name")
+
+
+class NodeFilter(LedgerChoicesFilter):
+    title, parameter_name, field = gettext_lazy("node"), "node", "node"
+
+    def lookups(self, request, model_admin):
+        nodes = ledger(WorkerNode).values_list("node_id", flat=True)
+        return [(node, node) for node in nodes]
+
+
+class RunEventInline(admin.TabularInline):
+    model = RunEvent
+    fields = readonly_fields = ("at", "kind", "node", "fence", "reason")
+    extra = max_num = 0
+    can_delete = False
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).using(app_settings.DATABASE)
+
+    def has_view_permission(self, request, obj=None):
+        # The timeline is part of the run: whoever may see the run sees its events.
+        label = JobRun._meta.app_label
+        return request.user.has_perm(f"{label}.view_jobrun") or request.user.has_perm(
+            f"{label}.change_jobrun"
+        )
+
+    def has_add_permission(self, request, obj=None):
+        return False
+
+    def has_change_permission(self, request, obj=None):
+        return False
+
+    def has_delete_permission(self, request, obj=None):
+        return False
+
+
+@admin.register(JobRun)
+class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
+    list_display = (
+        "job", "key", "state", "outcome", "node", "attempt", "fence", "scheduled_at",
+        "started_at", "finished_at", "duration",
+    )  # fmt: skip
+    list_display_links = ("key",)
+    list_filter = (JobFilter, "state", "outcome", NodeFilter)
+    list_select_related = ("job",)
+    search_fields = ("job__name", "key", "node")
+    date_hierarchy = "scheduled_at"
+    show_full_result_count = False  # one COUNT(*) of the ledger per page is enough
+    inlines = (RunEventInline,)
+    actions = ("cancel_runs", "replay_runs")
+    object_actions = (
+        ("cancel_runs", gettext_lazy("Cancel")),
+        ("replay_runs", gettext_lazy("Replay")),
+    )
+    fieldsets = (
+        (None, {"fields": ("job", "key", "state", "outcome", "reason", "attempt", "priority",
+                           "origin", "cancel_requested")}),
+        (gettext_lazy("Ownership"), {"fields": ("node", "fence", "lease_expires_at")}),
+        (gettext_lazy("Times"), {"fields": ("scheduled_at", "due_at", "created_at", "started_at",
+                                            "finished_at", "duration")}),
+        (gettext_lazy("Data"), {"fields": ("payload_json", "result_json", "error_text",
+                                           "traceback_text")}),
+    )  # fmt: skip
+    readonly_fields = ("duration", "payload_json", "result_json", "error_text", "traceback_text")
+
+    def get_queryset(self, request):
+        elapsed = ExpressionWrapper(
+            F("finished_at") - F("started_at"), output_field=DurationField()
+        )
+        return super().get_queryset(request).annotate(duration_value=elapsed)
+
+    # -- actions
+
+    def object_action_applies(self, name, obj):
+        if name == "cancel_runs":
+            return obj.state == RunState.RUNNING and not obj.cancel_requested
+        return obj.state not in LIVE_STATES
+
+    @admin.action(description=gettext_lazy("Cancel selected running runs"), permissions=["manage"])
+    def cancel_runs(self, request, queryset):
+        runs = list(ledger(JobRun).filter(pk__in=_pks(queryset), state=RunState.RUNNING))
+        changed = [
+            (run, "Cancel requested.")
+            for run in runs
+            if services.request_cancel(run, by=actor(request))
+        ]
+        text = ngettext(
+            "Cancel requested for %(n)d run; its node stops it at its next heartbeat.",
+            "Cancel requested for %(n)d runs; their nodes stop them at their next heartbeat.",
+            len(changed),
+        ) % {"n": len(changed)}
+        if not changed:
+            text = _("No run was cancelled: only running runs can be.")
+        self.report(request, changed, text, done=bool(changed))
+
+    @admin.action(
+        description=gettext_lazy("Replay selected finished runs"), permissions=["trigger"]
+    )
+    def replay_runs(self, request, queryset):
+        runs = list(ledger(JobRun).filter(pk__in=_pks(queryset)).exclude(state__in=LIVE_STATES))
+        changed = []
+        for run in runs:
+            fresh = services.replay(run, by=actor(request))
+            changed.append((run, f"Replayed as run {fresh.pk}."))
+        text = ngettext(
+            "%(n)d run replayed as a fresh pending run.",
+            "%(n)d runs replayed as fresh pending runs.",
+            len(changed),
+        ) % {"n": len(changed)}
+        if not changed:
+            text = _("No run was replayed: only finished runs can be.")
+        self.report(request, changed, text, done=bool(changed))
+
+    # -- columns and fields
+
+    @admin.display(description=gettext_lazy("duration"), ordering="duration_value")
+    def duration(self, obj):
+        if obj.duration_value is None:
+            return _("running") if obj.state == RunState.RUNNING else "-"
+        return interval_text(obj.duration_value)
+
+    @admin.display(description=gettext_lazy("payload"))
+    def payload_json(self, obj):
+        return pre(as_json(obj.payload))
+
+    @admin.display(description=gettext_lazy("result"))
+    def result_json(self, obj):
+        return pre(as_json(obj.result) if obj.result is not None else "")
+
+    @admin.display(description=gettext_lazy("error"))
+    def error_text(self, obj):
+        return pre(obj.error)
+
+    @admin.display(description=gettext_lazy("traceback"))
+    def traceback_text(self, obj):
+        return pre(obj.traceback)
+
+
+def _pks(queryset) -> list:
+    return list(queryset.values_list("pk", flat=True))
+
+
+@admin.register(RunEvent)
+class RunEventAdmin(ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
+    """Every takeover, fence-out, loss and skip across the cluster, newest first."""
+
+    list_display = ("at", "run", "kind", "node", "fence", "reason")
+    list_filter = ("kind",)
+    list_select_related = ("run__job",)
+    search_fields = ("run__job__name", "run__key", "node", "reason")
+    date_hierarchy = "at"
+    ordering = ("-at", "-id")
+    show_full_result_count = False
