@@ -1,0 +1,346 @@
+"""What the API shows of jobs, runs, events and nodes, and what its actions accept.
+
+Times are ISO-8601 strings; durations are seconds (``*_seconds``), as in the status report.
+Serializers that need the time take ``now`` (the cluster's clock) from their context.
+"""
+
+from __future__ import annotations
+
+import inspect
+from datetime import datetime
+from typing import Any
+
+from django.db.models import OuterRef, QuerySet, Subquery
+from django.utils import timezone
+from rest_framework import serializers
+
+from ..conf import app_settings
+from ..exceptions import ImproperlyDeclared, InvalidPayload, UnknownJob
+from ..models import JobDefinition, JobRun, Outcome, RunEvent, RunState, WorkerNode
+from ..registry import Job, check_payload, registry
+from ..services import FOREVER
+from ..status import FAILURE_STATES, describe
+
+#: How many fire times a job's detail lists.
+FIRE_TIMES = 5
+#: A job's latest runs, each annotated as ``<name>_id`` by :func:`annotate_last_runs`.
+LAST_RUNS = ("last_run", "last_success", "last_failure")
+
+
+def iso(at: datetime | None) -> str | None:
+    """Return ``at`` as the API writes times, None as None."""
+    return None if at is None else serializers.DateTimeField().to_representation(at)
+
+
+class SecondsField(serializers.ReadOnlyField):
+    """A duration as seconds (a float)."""
+
+    def to_representation(self, value):
+        return value.total_seconds()
+
+
+# -- runs ---------------------------------------------------------------------------------------
+
+
+class RunSummarySerializer(serializers.ModelSerializer):
+    """A run as a job shows it: what happened and when (the error's first line only)."""
+
+    error = serializers.SerializerMethodField()
+
+    class Meta:
+        model = JobRun
+        fields = (
+            "id", "key", "state", "outcome", "scheduled_at", "started_at", "finished_at", "node",
+            "error",
+        )  # fmt: skip
+        read_only_fields = fields
+
+    def get_error(self, run: JobRun) -> str:
+        return run.error.split("\n", 1)[0]
+
+
+RUN_FIELDS = (
+    "id", "job", "key", "state", "outcome", "reason", "attempt", "priority", "node", "fence",
+    "lease_expires_at", "cancel_requested", "origin", "scheduled_at", "due_at", "created_at",
+    "started_at", "finished_at", "payload", "result", "error",
+)  # fmt: skip
+
+
+class RunSerializer(serializers.ModelSerializer):
+    """A run in a list (select the job with it)."""
+
+    job = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = JobRun
+        fields = RUN_FIELDS
+        read_only_fields = fields
+
+
+class RunEventSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = RunEvent
+        fields = ("at", "kind", "node", "fence", "reason")
+        read_only_fields = fields
+
+
+class RunDetailSerializer(RunSerializer):
+    """A run with its traceback and its timeline (prefetch ``events``)."""
+
+    events = RunEventSerializer(many=True, read_only=True)
+
+    class Meta(RunSerializer.Meta):
+        fields = (*RUN_FIELDS, "traceback", "events")
+        read_only_fields = fields
+
+
+# -- jobs ---------------------------------------------------------------------------------------
+
+
+def _latest(runs: QuerySet) -> Subquery:
+    return Subquery(
+        runs.filter(job_id=OuterRef("pk")).order_by("-scheduled_at", "-pk").values("pk")[:1]
+    )
+
+
+def annotate_last_runs(jobs: QuerySet, now: datetime) -> QuerySet:
+    """Annotate the ids of each job's last run, success and failure (index-backed subqueries)."""
+    runs = JobRun.objects.all()
+    return jobs.annotate(
+        last_run_id=_latest(runs.filter(scheduled_at__lte=now)),
+        last_success_id=_latest(runs.filter(state=RunState.SUCCEEDED)),
+        last_failure_id=_latest(runs.filter(state__in=FAILURE_STATES)),
+    )
+
+
+def attach_last_runs(jobs: list[JobDefinition]) -> None:
+    """Load the annotated last runs of ``jobs`` in one query, as ``job.last_runs``."""
+    ids = {getattr(job, f"{name}_id") for job in jobs for name in LAST_RUNS} - {None}
+    runs = JobRun.objects.using(app_settings.DATABASE).in_bulk(ids) if ids else {}
+    for job in jobs:
+        job.last_runs = {name: runs.get(getattr(job, f"{name}_id")) for name in LAST_RUNS}
+
+
+def is_paused(job: JobDefinition, now: datetime) -> bool:
+    return job.paused_until is not None and job.paused_until > now
+
+
+def fire_times(job: JobDefinition, now: datetime, count: int) -> list[datetime]:
+    """The next ``count`` slots of the job's schedule (after its pause); none if it has none."""
+    paused = is_paused(job, now)
+    if not job.enabled or (paused and job.paused_until >= FOREVER):
+        return []
+    try:
+        schedule = job.get_schedule()
+        if not schedule.slotted:
+            return []
+        return schedule.upcoming(max(now, job.paused_until) if paused else now, count)
+    except (ImproperlyDeclared, ValueError, OverflowError):
+        return []
+
+
+class LastRunField(serializers.ReadOnlyField):
+    """The job's run of this field's name among those :func:`attach_last_runs` loaded."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(source="*", **kwargs)
+
+    def to_representation(self, job: JobDefinition) -> dict[str, Any] | None:
+        run = job.last_runs[self.field_name]
+        return None if run is None else RunSummarySerializer(run).data
+
+
+class JobListSerializer(serializers.ListSerializer):
+    """Load every job's last runs in one query before serializing the list."""
+
+    def to_representation(self, data):
+        jobs = list(data)
+        attach_last_runs(jobs)
+        return super().to_representation(jobs)
+
+
+JOB_FIELDS = (
+    "name", "callable_name", "source", "schedule_kind", "cron", "timezone", "interval_seconds",
+    "description", "enabled", "paused", "paused_until", "pause_reason", "next_fire_time",
+    "last_run", "last_success", "last_failure", "placement", "delivery", "overlap", "misfire",
+    "catch_up_window_seconds", "catch_up_limit", "max_attempts", "backoff", "breaker_threshold",
+    "breaker_cooldown_seconds", "executor", "timeout_seconds", "priority", "queue",
+    "max_concurrency", "requires", "payload", "created_at", "updated_at",
+)  # fmt: skip
+
+
+class JobSerializer(serializers.ModelSerializer):
+    """A job definition with its schedule read aloud, pause, next fire time and last runs.
+
+    The queryset must come through :func:`annotate_last_runs`. ``paused_until`` and
+    ``pause_reason`` are null and empty once a pause has ended; a job paused until resumed
+    shows ``paused_until`` 9999-12-31 and no fire times.
+    """
+
+    interval_seconds = SecondsField(source="interval")
+    catch_up_window_seconds = SecondsField(source="catch_up_window")
+    breaker_cooldown_seconds = SecondsField(source="breaker_cooldown")
+    timeout_seconds = SecondsField(source="timeout")
+    description = serializers.SerializerMethodField()
+    paused = serializers.SerializerMethodField()
+    paused_until = serializers.SerializerMethodField()
+    pause_reason = serializers.SerializerMethodField()
+    next_fire_time = serializers.SerializerMethodField()
+    last_run = LastRunField()
+    last_success = LastRunField()
+    last_failure = LastRunField()
+
+    class Meta:
+        model = JobDefinition
+        fields = JOB_FIELDS
+        read_only_fields = fields
+        list_serializer_class = JobListSerializer
+
+    def to_representation(self, instance):
+        if not hasattr(instance, "last_runs"):
+            attach_last_runs([instance])
+        return super().to_representation(instance)
+
+    @property
+    def now(self) -> datetime:
+        return self.context.get("now") or timezone.now()
+
+    def get_description(self, job: JobDefinition) -> str:
+        return describe(job)
+
+    def get_paused(self, job: JobDefinition) -> bool:
+        return is_paused(job, self.now)
+
+    def get_paused_until(self, job: JobDefinition) -> str | None:
+        return iso(job.paused_until) if is_paused(job, self.now) else None
+
+    def get_pause_reason(self, job: JobDefinition) -> str:
+        return job.pause_reason if is_paused(job, self.now) else ""
+
+    def get_next_fire_time(self, job: JobDefinition) -> str | None:
+        times = fire_times(job, self.now, 1)
+        return iso(times[0]) if times else None
+
+
+class JobDetailSerializer(JobSerializer):
+    """A job with its next few fire times."""
+
+    next_fire_times = serializers.SerializerMethodField()
+
+    class Meta(JobSerializer.Meta):
+        fields = (*JOB_FIELDS, "next_fire_times")
+        read_only_fields = fields
+
+    def get_next_fire_times(self, job: JobDefinition) -> list[str]:
+        return [iso(at) for at in fire_times(job, self.now, FIRE_TIMES)]
+
+
+# -- nodes --------------------------------------------------------------------------------------
+
+
+class NodeSerializer(serializers.ModelSerializer):
+    """A node with its heartbeat age (on the cluster's clock) and its running runs (annotated)."""
+
+    heartbeat_age_seconds = serializers.SerializerMethodField()
+    running_runs = serializers.SerializerMethodField()
+
+    class Meta:
+        model = WorkerNode
+        fields = (
+            "node_id", "host", "pid", "version", "tags", "status", "started_at", "last_heartbeat",
+            "heartbeat_age_seconds", "stopped_at", "clock_offset_ms", "claims_won", "claims_lost",
+            "skipped", "running_runs",
+        )  # fmt: skip
+        read_only_fields = fields
+
+    def get_heartbeat_age_seconds(self, node: WorkerNode) -> float:
+        now = self.context.get("now") or timezone.now()
+        return round((now - node.last_heartbeat).total_seconds(), 3)
+
+    def get_running_runs(self, node: WorkerNode) -> int:
+        return node.running_count or 0
+
+
+# -- action input -------------------------------------------------------------------------------
+
+
+def handler_for(name: str) -> Job:
+    """Return the registered code that job ``name`` runs; UnknownJob when there is none."""
+    stored = JobDefinition.objects.using(app_settings.DATABASE).filter(name=name)
+    return registry.get(stored.values_list("callable_name", flat=True).first() or name)
+
+
+def check_arguments(handler: Job, payload: dict) -> None:
+    """Raise TypeError unless the handler accepts ``payload`` as keyword arguments."""
+    context = (None,) if handler.wants_context else ()
+    inspect.signature(handler.func).bind_partial(*context, **payload)
+
+
+class RunRequestSerializer(serializers.Serializer):
+    """A payload for a run of the job named in the context: JSON its handler can take."""
+
+    payload = serializers.DictField(required=False, default=dict)
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        name = self.context["job"]
+        try:
+            handler = handler_for(name)
+        except UnknownJob as exc:
+            raise serializers.ValidationError({"job": str(exc)}) from exc
+        try:
+            attrs["payload"] = check_payload(name, attrs["payload"])
+            check_arguments(handler, attrs["payload"])
+        except (InvalidPayload, TypeError) as exc:
+            message = f"{handler.name} cannot take this payload: {exc}"
+            raise serializers.ValidationError({"payload": message}) from exc
+        return attrs
+
+
+class EnqueueSerializer(RunRequestSerializer):
+    """A one-off run: at ``run_at`` (default now); one run per ``idempotency_key``."""
+
+    run_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    idempotency_key = serializers.CharField(
+        required=False, allow_null=True, default=None, max_length=200
+    )
+    priority = serializers.IntegerField(
+        required=False, allow_null=True, default=None, min_value=-(2**31), max_value=2**31 - 1
+    )
+
+
+class PauseSerializer(serializers.Serializer):
+    """Pause until ``until`` (default: until resumed), with a reason shown to operators."""
+
+    until = serializers.DateTimeField(required=False, allow_null=True, default=None)
+    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+
+    def validate_until(self, until: datetime | None) -> datetime | None:
+        if until is not None and until <= timezone.now():
+            raise serializers.ValidationError("Pause until a time in the future.")
+        return until
+
+
+class RunFilterSerializer(serializers.Serializer):
+    """The filters of the run list; ``state`` and ``outcome`` may repeat."""
+
+    job = serializers.CharField(required=False)
+    state = serializers.ListField(
+        child=serializers.ChoiceField(choices=RunState.choices), required=False
+    )
+    outcome = serializers.ListField(
+        child=serializers.ChoiceField(choices=Outcome.choices), required=False
+    )
+    node = serializers.CharField(required=False)
+    since = serializers.DateTimeField(required=False)
+
+    def filter(self, runs: QuerySet) -> QuerySet:
+        """Return ``runs`` narrowed by the validated filters."""
+        lookups = {
+            "job": "job__name",
+            "state": "state__in",
+            "outcome": "outcome__in",
+            "node": "node",
+            "since": "scheduled_at__gte",
+        }
+        given = self.validated_data
+        return runs.filter(**{lookups[key]: value for key, value in given.items()})
