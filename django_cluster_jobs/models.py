@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from . import schedules
+from .exceptions import ClusterJobsError
 
 
 class ScheduleKind(models.TextChoices):
@@ -104,7 +107,10 @@ class JobDefinition(models.Model):
         verbose_name = _("job")
         permissions = [
             ("trigger_jobdefinition", _("Can trigger runs of jobs")),
-            ("manage_jobdefinition", _("Can pause, resume and replay jobs and drain nodes")),
+            (
+                "manage_jobdefinition",
+                _("Can pause, resume, enable, disable and cancel jobs, and drain nodes"),
+            ),
         ]
 
     def __str__(self) -> str:
@@ -113,6 +119,19 @@ class JobDefinition(models.Model):
     def get_schedule(self) -> schedules.Schedule:
         """Return this definition's schedule object."""
         return schedules.from_fields(self.schedule_kind, self.cron, self.timezone, self.interval)
+
+    def upcoming(self, now: datetime, count: int) -> list[datetime]:
+        """Return the next ``count`` slots it will fire at (after a pause ends), ignoring
+        ``enabled``; none when its schedule has no slots, is invalid, or it is paused with no
+        end."""
+        start = max(now, self.paused_until) if self.paused_until else now
+        if start.year >= 9999:  # paused until resumed
+            return []
+        try:
+            schedule = self.get_schedule()
+            return schedule.upcoming(start, count) if schedule.slotted else []
+        except (ClusterJobsError, ValueError, OverflowError):
+            return []
 
 
 class RunState(models.TextChoices):

@@ -27,7 +27,6 @@ from django.utils import timezone
 
 from .conf import app_settings
 from .coordination import get_coordinator
-from .exceptions import ImproperlyDeclared
 from .models import JobDefinition, JobRun, Lease, NodeStatus, RunState, ScheduleKind, WorkerNode
 
 #: Name of the leader lease (engine.leader.LEADER; not imported, to keep this module light).
@@ -202,17 +201,10 @@ def _job(job: JobDefinition, now: datetime, runs: dict[int, dict[str, Any]]) -> 
 
 
 def _next_fire(job: JobDefinition, now: datetime, paused: bool) -> datetime | None:
-    """The next slot the schedule fires at (after a pause ends); None when it has no slots."""
+    """The next slot the job fires at (after a pause ends); None when it has none."""
     if not job.enabled:
         return None
-    try:
-        schedule = job.get_schedule()
-    except (ImproperlyDeclared, ValueError):
-        return None
-    if not schedule.slotted:
-        return None
-    start = max(now, job.paused_until) if paused else now  # type: ignore[type-var]
-    return schedule.next_after(start)
+    return next(iter(job.upcoming(now, 1)), None)
 
 
 def _failures(alias: str, limit: int) -> list[dict[str, Any]]:

@@ -706,3 +706,14 @@ def test_node_list_shows_heartbeat_age_from_the_database_clock(admin_client):
     WorkerNodeFactory(node_id="stale", last_heartbeat=timezone.now() - timedelta(minutes=3))
     page = admin_client.get(url("workernode")).content.decode()
     assert "3 min" in page
+
+
+def test_a_job_paused_until_resumed_has_no_next_fire_time(admin_client):
+    from django_cluster_jobs import services
+    from django_cluster_jobs.status import build_status
+
+    JobDefinitionFactory(name="monthly", cron="0 0 1 * *")
+    services.pause("monthly")
+    assert admin_client.get(url("jobdefinition")).status_code == 200
+    [job] = [j for j in build_status()["jobs"] if j["name"] == "monthly"]
+    assert job["paused"] and job["next_fire_time"] is None

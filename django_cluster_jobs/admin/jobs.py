@@ -132,15 +132,7 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
     def next_fire_time(self, obj):
         if not obj.enabled:
             return _("disabled")
-        schedule = schedule_or_none(obj)
-        if schedule is None or not schedule.slotted:
-            return "-"
-        return schedule.next_after(self._start(obj))
-
-    @staticmethod
-    def _start(obj) -> datetime:
-        now = timezone.now()
-        return max(now, obj.paused_until) if obj.paused_until else now
+        return next(iter(obj.upcoming(timezone.now(), 1)), "-")
 
     # -- detail
 
@@ -159,7 +151,7 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
             return _("None: the schedule is invalid.")
         if not schedule.slotted:
             return self._why_no_fire_times(obj)
-        table = fire_times_table(schedule.upcoming(self._start(obj), 5), obj.timezone)
+        table = fire_times_table(obj.upcoming(timezone.now(), 5), obj.timezone)
         note = "" if obj.enabled else _("Disabled: these occurrences will be skipped.")
         return format_html("{}{}", table, note)
 

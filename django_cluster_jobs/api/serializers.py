@@ -15,10 +15,9 @@ from django.utils import timezone
 from rest_framework import serializers
 
 from ..conf import app_settings
-from ..exceptions import ImproperlyDeclared, InvalidPayload, UnknownJob
+from ..exceptions import InvalidPayload, UnknownJob
 from ..models import JobDefinition, JobRun, Outcome, RunEvent, RunState, WorkerNode
 from ..registry import Job, check_payload, registry
-from ..services import FOREVER
 from ..status import FAILURE_STATES, describe
 
 #: How many fire times a job's detail lists.
@@ -126,17 +125,8 @@ def is_paused(job: JobDefinition, now: datetime) -> bool:
 
 
 def fire_times(job: JobDefinition, now: datetime, count: int) -> list[datetime]:
-    """The next ``count`` slots of the job's schedule (after its pause); none if it has none."""
-    paused = is_paused(job, now)
-    if not job.enabled or (paused and job.paused_until >= FOREVER):
-        return []
-    try:
-        schedule = job.get_schedule()
-        if not schedule.slotted:
-            return []
-        return schedule.upcoming(max(now, job.paused_until) if paused else now, count)
-    except (ImproperlyDeclared, ValueError, OverflowError):
-        return []
+    """The next ``count`` slots of the job's schedule (after its pause); none if disabled."""
+    return job.upcoming(now, count) if job.enabled else []
 
 
 class LastRunField(serializers.ReadOnlyField):

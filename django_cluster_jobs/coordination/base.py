@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import Count, F, Max, Q
+from django.db.models import F, Q
 from django.db.models.functions import Now
 
 from ..models import EventKind, JobDefinition, JobRun, Lease, RunEvent, RunState, WorkerNode
@@ -244,12 +244,15 @@ class Coordinator(OwnershipMixin, PolicyMixin):
             status or "", frozenset(p for p, _ in owned), frozenset(p for p, c in owned if c)
         )
 
-    def definitions_version(self) -> tuple[Any, ...]:
-        """Return a cheap fingerprint of the definitions table (changes when any row changes)."""
-        agg = JobDefinition.objects.using(self.alias).aggregate(
-            n=Count("pk"), last=Max("updated_at")
-        )
-        return (agg["n"], agg["last"])
+    def definitions_version(self) -> int:
+        """Return a fingerprint of the definitions table that changes whenever any row does.
+
+        It hashes every row's (id, updated_at), so an edit is noticed even when the server that
+        saved it stamped an older time than the newest row's (a count and a maximum would miss
+        it). The table holds one row per job, so this stays one small query.
+        """
+        rows = JobDefinition.objects.using(self.alias).order_by("pk")
+        return hash(tuple(rows.values_list("pk", "updated_at")))
 
 
 def enabled_job_ids(alias: str, job_ids: set[int], now: datetime) -> dict[int, JobDefinition]:

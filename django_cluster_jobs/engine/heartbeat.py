@@ -128,6 +128,11 @@ class HeartbeatThread(threading.Thread):
             extra=node.log_extra,
         )
 
+    def prime(self) -> None:
+        """Read the definitions' fingerprint before the node's first load, so a definition
+        saved while the node starts is seen as a change at the first heartbeat."""
+        self._version = self.node.coordinator.definitions_version()
+
     def _watch_definitions(self) -> None:
         version = self.node.coordinator.definitions_version()
         if self._version is not None and version != self._version:

@@ -117,6 +117,7 @@ class Node(Firing):
         """Register, copy the code registry to the database, beat once, start the threads."""
         self.register()
         sync_definitions(self.registry, self.coordinator.alias)
+        self.heartbeat.prime()
         self.reload()
         self.heartbeat.beat()
         self.heartbeat.start()

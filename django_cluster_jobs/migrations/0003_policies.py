@@ -10,6 +10,10 @@ class Migration(migrations.Migration):
     ]
 
     operations = [
+        migrations.AlterModelOptions(
+            name='jobdefinition',
+            options={'ordering': ['name'], 'permissions': [('trigger_jobdefinition', 'Can trigger runs of jobs'), ('manage_jobdefinition', 'Can pause, resume, enable, disable and cancel jobs, and drain nodes')], 'verbose_name': 'job'},
+        ),
         migrations.AddField(
             model_name='jobdefinition',
             name='breaker_cooldown',

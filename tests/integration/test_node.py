@@ -99,3 +99,30 @@ def test_handler_failure_is_recorded_with_traceback(node):
         timeout=10,
     )
     assert run.error == "RuntimeError: boom" and "Traceback" in run.traceback
+
+
+def test_an_edit_stamped_older_than_the_newest_row_is_still_noticed(node):
+    from datetime import UTC, datetime
+
+    before = node.coordinator.definitions_version()
+    old = datetime(2000, 1, 1, tzinfo=UTC)
+    JobDefinition.objects.filter(name="tests.manual").update(updated_at=old)
+    assert node.coordinator.definitions_version() != before
+
+
+def test_a_definition_saved_while_the_node_starts_is_picked_up():
+    from django_cluster_jobs.engine.node import sync_definitions
+    from tests.factories import JobDefinitionFactory
+
+    late = Node("late", threads=1)
+    late.register()
+    sync_definitions(late.registry, late.coordinator.alias)
+    late.heartbeat.prime()
+    late.reload()
+    JobDefinitionFactory(name="saved-during-start", callable_name="tests.manual")
+    late.heartbeat.beat()  # the first heartbeat sees the change...
+    late.tick()  # ...and the next tick re-plans with it
+    try:
+        assert "saved-during-start" in late.planned
+    finally:
+        late.stop()
