@@ -1,0 +1,1 @@
+"""A small Django project that runs django-cluster-jobs' demo jobs on several scheduler nodes."""

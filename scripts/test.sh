@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# make test: lint and Django checks, then the test suite on SQLite and on PostgreSQL.
+#
+# The SQLite run ignores DATABASE_URL (tests/settings.py then uses an SQLite file). PostgreSQL:
+# DATABASE_URL when it is a postgres URL (an unreachable one is an error), else
+# postgres://postgres@127.0.0.1:5432/test when that server answers, else the run is skipped with a
+# notice. REQUIRE_POSTGRES=1 turns that skip into a failure (CI sets it).
+# PYTEST_ARGS is passed on to pytest (e.g. PYTEST_ARGS="-k claim -x").
+set -uo pipefail
+cd "$(dirname "$0")/.." || exit 1
+. scripts/lib.sh
+
+LOCAL_POSTGRES=postgres://postgres@127.0.0.1:5432/test
+ensure_venv test
+py="$VENV/bin/python"
+results=()
+
+# Print the URL with any password hidden.
+shown() { printf '%s' "$1" | sed -E 's#(://[^:/@]+):[^@]*@#\1:***@#'; }
+
+# True when the PostgreSQL server behind the URL accepts a connection within 3 seconds.
+postgres_reachable() {
+    "$py" - "$1" <<'PY'
+import sys
+
+import psycopg
+
+url = sys.argv[1].replace("pgsql://", "postgresql://", 1)
+error = None
+for extra in ({}, {"dbname": "postgres"}):  # the named database may not exist yet
+    try:
+        psycopg.connect(url, connect_timeout=3, **extra).close()
+        sys.exit(0)
+    except psycopg.Error as exc:
+        error = exc
+print(f"    {str(error).strip()}", file=sys.stderr)
+sys.exit(1)
+PY
+}
+
+# run_pytest LABEL [DATABASE_URL]: run the suite; "no tests collected" (exit 5) is a failure.
+run_pytest() {
+    local label=$1 url=${2:-} rc=0
+    say "pytest on $label"
+    local args
+    read -r -a args <<<"${PYTEST_ARGS:-}"
+    if [ -n "$url" ]; then
+        DATABASE_URL=$url "$py" -m pytest "${args[@]}" || rc=$?
+    else
+        env -u DATABASE_URL "$py" -m pytest "${args[@]}" || rc=$?
+    fi
+    case $rc in
+        0) results+=("pytest on $label: passed") ;;
+        5) results+=("pytest on $label: FAILED (no tests were collected)") ;;
+        *) results+=("pytest on $label: FAILED (pytest exit code $rc)") ;;
+    esac
+    return "$rc"
+}
+
+say "Static checks: ruff, Django system checks, missing migrations (tests.settings)"
+static_ok=1
+static() {
+    env -u DATABASE_URL DJANGO_SETTINGS_MODULE=tests.settings "$@" || {
+        echo "FAILED: $*" >&2
+        static_ok=0
+    }
+}
+static "$VENV/bin/ruff" check .
+static "$py" -m django check --fail-level WARNING
+static "$py" -m django makemigrations --check --dry-run
+
+failed=0
+if [ "$static_ok" = 1 ]; then
+    results+=("static checks: passed")
+else
+    echo "Static checks FAILED (see above); the tests run anyway, but make test will fail." >&2
+    results+=("static checks: FAILED")
+    failed=1
+fi
+
+run_pytest SQLite || failed=1
+
+# An explicit PostgreSQL DATABASE_URL must work; the local server is used only if it answers.
+candidate=$LOCAL_POSTGRES
+required=${REQUIRE_POSTGRES:-0}
+case ${DATABASE_URL:-} in
+    postgres://* | postgresql://* | pgsql://*) candidate=$DATABASE_URL required=1 ;;
+    "") ;;
+    *) echo "DATABASE_URL is not a PostgreSQL URL: the SQLite run ignored it, and so does this." ;;
+esac
+
+say "Looking for PostgreSQL at $(shown "$candidate")"
+if postgres_reachable "$candidate"; then
+    run_pytest "PostgreSQL ($(shown "$candidate"))" "$candidate" || failed=1
+elif [ "$required" = 1 ]; then
+    rule="######################################################################"
+    {
+        printf '\n%s\n' "$rule"
+        echo "ERROR: PostgreSQL not reachable at $(shown "$candidate"), and this run requires it"
+        echo "(REQUIRE_POSTGRES=1 or a PostgreSQL DATABASE_URL). Start the server or fix the URL."
+        printf '%s\n' "$rule"
+    } >&2
+    results+=("pytest on PostgreSQL: FAILED (not reachable)")
+    failed=1
+else
+    echo "PostgreSQL not reachable: skipped the PostgreSQL run"
+    echo "(set DATABASE_URL=postgres://... or start a server on 127.0.0.1:5432 to include it)"
+    results+=("pytest on PostgreSQL: skipped (not reachable)")
+fi
+
+say "Summary ($(versions "$py"))"
+printf '  %s\n' "${results[@]}"
+exit "$failed"
