@@ -95,17 +95,31 @@ class Job:
             "payload": self.payload,
         }
 
-    def enqueue(self, **payload: Any) -> Any:
-        """Run this job once, as soon as a node is free; returns the pending JobRun."""
+    def enqueue(
+        self, *, idempotency_key: str | None = None, priority: int | None = None, **payload: Any
+    ) -> Any:
+        """Run this job once, as soon as a node is free; returns the pending JobRun.
+
+        Keyword arguments become the handler's payload, except two reserved ones: with
+        ``idempotency_key`` a second enqueue returns the first run; ``priority`` overrides the
+        job's. Call it inside ``transaction.on_commit`` to enqueue only if your data commits.
+        """
         from .services import enqueue
 
-        return enqueue(self.name, payload)
+        return enqueue(self.name, payload, key=idempotency_key, priority=priority)
 
-    def enqueue_at(self, when: Any, **payload: Any) -> Any:
+    def enqueue_at(
+        self,
+        when: Any,
+        *,
+        idempotency_key: str | None = None,
+        priority: int | None = None,
+        **payload: Any,
+    ) -> Any:
         """Run this job once at ``when`` (an aware datetime); returns the pending JobRun."""
         from .services import enqueue
 
-        return enqueue(self.name, payload, at=when)
+        return enqueue(self.name, payload, at=when, key=idempotency_key, priority=priority)
 
     def invoke(self, context: RunContext, payload: dict) -> Any:
         """Call the handler with the context (when it takes one) and the payload as kwargs."""

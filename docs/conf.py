@@ -12,7 +12,7 @@ with (ROOT / "pyproject.toml").open("rb") as pyproject:
 
 project = "django-cluster-jobs"
 author = "django-cluster-jobs contributors"
-copyright = "django-cluster-jobs contributors"  # noqa: A001 - the name Sphinx reads
+copyright = "django-cluster-jobs contributors"
 release = _project["version"]
 version = ".".join(release.split(".")[:2])
 

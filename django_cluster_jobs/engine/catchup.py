@@ -4,9 +4,10 @@ A node claims an occurrence only while it is at most ``MISFIRE_GRACE`` (5 s) lat
 node fired in time (all were down, busy, draining or cut off from the database) has no row. At each
 chore pass the leader finds those occurrences and settles each one once, by the job's policy:
 
-- Jobs: enabled, unpaused cron and fixed-rate jobs placed once in the cluster, as the leader has
-  planned them. Fixed-delay, startup and on-demand jobs have no fixed instants and ``every_node``
-  jobs run per node: none is caught up. Occurrences that fall while a job is disabled or paused are
+- Jobs: enabled, unpaused cron and fixed-rate jobs placed once in the cluster, whatever node tags
+  they require (the leader settles jobs it does not run itself; a tagged node runs the catch-up).
+  Fixed-delay, startup and on-demand jobs have no fixed instants and ``every_node`` jobs run per
+  node: none is caught up. Occurrences that fall while a job is disabled or paused are
   not misfires: the leader moves past them (a leader elected during the pause cannot tell).
 - Up to: ``now - MISFIRE_GRACE - HEARTBEAT_INTERVAL``, after which no node still claims anything;
   or up to the start of the earliest live node when that is later, since a node only fires what
@@ -129,7 +130,7 @@ def catch_up(node: Node, now: datetime) -> int:
     alias = node.coordinator.alias
     progress = progress_of(node)
     with transaction.atomic(using=alias):
-        jobs, idle = _split(node.planned.values(), alias, now)
+        jobs, idle = _split(node.cluster_jobs.values(), alias, now)
         if not jobs and not idle:
             return 0
         until = settled_until(alias, now)

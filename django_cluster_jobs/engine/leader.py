@@ -84,7 +84,7 @@ class Leader:
         if self._last_purge and (now - self._last_purge).total_seconds() < PURGE_EVERY:
             return 0
         self._last_purge = now
-        return self.node.coordinator.purge(now, retention(self.node.planned.values()))
+        return self.node.coordinator.purge(now, retention(self.node.cluster_jobs.values()))
 
     def _log(self, reaped: int, dead: list[str], purged: int) -> None:
         extra = self.node.log_extra

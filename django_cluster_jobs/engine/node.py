@@ -68,6 +68,7 @@ class Node(Firing):
         self.counters = stats.Counters()
         self.planner = Planner()
         self.planned: dict[str, Planned] = {}
+        self.cluster_jobs: dict[str, Planned] = {}
         self.ticks = 0
         self._stopping = threading.Event()
         self._wake = threading.Event()
@@ -224,6 +225,8 @@ class Node(Firing):
     def reload(self) -> None:
         """Reload definitions from the database and re-plan every job's next due time."""
         loaded = load_planned(self.coordinator.alias, self.registry)
+        #: Every registered definition, whatever its tags: the leader's chores cover them all.
+        self.cluster_jobs = loaded
         self.planned = {n: p for n, p in loaded.items() if p.runs_here(self.tags)}
         self.planner.clear()
         now = self.clock.now()

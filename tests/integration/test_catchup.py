@@ -48,10 +48,10 @@ def at(text: str) -> datetime:
 
 
 def fake_node(node_id: str | None = None) -> SimpleNamespace:
-    """What catch_up needs of a node: its id, its planned jobs, a coordinator and a clock."""
+    """What catch_up needs of a node: its id, the cluster's jobs, a coordinator and a clock."""
     return SimpleNamespace(
         node_id=node_id or f"leader-{uuid.uuid4().hex[:8]}",
-        planned=load_planned("default", registry),
+        cluster_jobs=load_planned("default", registry),
         coordinator=get_coordinator(),
         clock=None,
     )
@@ -222,7 +222,7 @@ def test_occurrences_while_paused_or_disabled_are_not_misfires():
     JobDefinition.objects.filter(pk__in=(paused.pk, disabled.pk)).update(
         paused_until=None, enabled=True
     )
-    node.planned = load_planned("default", registry)
+    node.cluster_jobs = load_planned("default", registry)
     assert catch_up(node, NOW + 2 * MINUTE) == 4
     for job in (paused, disabled):
         expect(job, runs=[], missed=[NOW, NOW + MINUTE], extra={LAST: LAST_RUN})
@@ -376,3 +376,18 @@ def test_pending_catch_ups_wake_the_nodes(monkeypatch):
     assert woken == [True]
     catch_up(node, NOW)
     assert woken == [True]
+
+
+def test_a_leader_without_a_jobs_tags_still_settles_its_misses():
+    """The leader covers every job of the cluster, not only those its own tags let it run."""
+    from django_cluster_jobs.engine import Node
+
+    minutely(requires=["gpu"])
+    leader = Node("untagged-leader", tags=frozenset(), threads=1)
+    leader.register()
+    leader.reload()
+    try:
+        assert not any(p.definition.requires for p in leader.planned.values())
+        assert catch_up(leader, NOW) > 0
+    finally:
+        leader.executor.shutdown()

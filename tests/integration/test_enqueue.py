@@ -331,3 +331,14 @@ def test_an_idle_node_starts_an_enqueued_run_within_the_poll_interval(start_sche
     latencies = start_latencies(scheduler, rounds=3)
     print("enqueue-to-start latencies (ms):", [round(s * 1000, 1) for s in latencies])
     assert max(latencies) < app_settings.POLL_INTERVAL + SLACK, latencies
+
+
+def test_job_enqueue_takes_an_idempotency_key_and_a_priority():
+    from django_cluster_jobs.registry import registry
+
+    manual = registry.get("tests.manual")
+    first = manual.enqueue(value=1, idempotency_key="order-7", priority=9)
+    again = manual.enqueue(value=2, idempotency_key="order-7")
+    assert again.pk == first.pk and (first.payload, first.priority) == ({"value": 1}, 9)
+    later = manual.enqueue_at(first.due_at + timedelta(hours=1), value=3)
+    assert later.pk != first.pk and later.due_at == first.due_at + timedelta(hours=1)
