@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from django.db import DatabaseError, connections
 
 from .conf import app_settings
-from .exceptions import LockNotAcquired
+from .exceptions import LockLost, LockNotAcquired
 
 if TYPE_CHECKING:
     from .coordination.leases import Held
@@ -40,8 +40,17 @@ class LockHandle:
         return self.lost.is_set()
 
 
-def _now() -> datetime:
-    return datetime.now(UTC)
+def _now(using: str) -> datetime:
+    """The database's current time (leases are judged on it), or this machine's if unreachable."""
+    from django.db.models.functions import Now
+
+    from .models import Lease
+
+    try:
+        found = Lease.objects.using(using).annotate(db_now=Now()).values_list("db_now", flat=True)
+        return found.first() or datetime.now(UTC)
+    except DatabaseError:
+        return datetime.now(UTC)
 
 
 @contextlib.contextmanager
@@ -56,7 +65,9 @@ def cluster_lock(
     """Hold the cluster-wide lock ``name``; renews itself every ttl/3 while the block runs.
 
     Raises LockNotAcquired if another holder keeps it past ``timeout`` seconds. Pass
-    ``handle.fence`` to the resource you write and have it reject smaller tokens.
+    ``handle.fence`` to the resource you write and have it reject smaller tokens. If the lease
+    is lost while the block runs (taken over, or not renewable before it expired),
+    ``handle.is_lost`` turns true at once and LockLost is raised when the block ends.
     """
     using = using or app_settings.DATABASE
     token, lease_name = uuid.uuid4().hex, PREFIX + name
@@ -74,6 +85,8 @@ def cluster_lock(
             from .coordination import leases
 
             leases.release(using, held)
+    if handle.is_lost:
+        raise LockLost(name)
 
 
 def _acquire(using: str, name: str, holder: str, token: str, ttl: float, timeout: float) -> Held:
@@ -81,7 +94,7 @@ def _acquire(using: str, name: str, holder: str, token: str, ttl: float, timeout
 
     deadline = time.monotonic() + timeout
     while True:
-        held = leases.acquire(using, name, holder, token, _now(), timedelta(seconds=ttl))
+        held = leases.acquire(using, name, holder, token, _now(using), timedelta(seconds=ttl))
         if held is not None:
             return held
         if time.monotonic() >= deadline:
@@ -92,18 +105,25 @@ def _acquire(using: str, name: str, holder: str, token: str, ttl: float, timeout
 def _renew(using: str, held: Held, ttl: float, stop: threading.Event, handle: LockHandle) -> None:
     from .coordination import leases
 
+    expires_at = held.expires_at
     try:
         while not stop.wait(ttl / 3):
             try:
+                now = _now(using)
                 renewed = leases.acquire(
-                    using, held.name, held.holder, held.token, _now(), timedelta(seconds=ttl)
+                    using, held.name, held.holder, held.token, now, timedelta(seconds=ttl)
                 )
             except DatabaseError:
+                if datetime.now(UTC) >= expires_at:
+                    logger.error("cluster lock %s expired while it could not be renewed", held.name)
+                    handle.lost.set()
+                    return
                 logger.warning("could not renew cluster lock %s; retrying", held.name)
                 continue
             if renewed is None or renewed.fence != held.fence:
                 logger.error("cluster lock %s was lost to another holder", held.name)
                 handle.lost.set()
                 return
+            expires_at = renewed.expires_at
     finally:
         connections.close_all()

@@ -206,6 +206,15 @@ def _schedule_from(job_name: str, **given: Any) -> schedules.Schedule:
             raise ImproperlyDeclared(
                 job_name, "schedule", given["schedule"], "pass a Schedule object"
             )
+        anchor = getattr(given["schedule"], "anchor", None)
+        if anchor is not None:
+            raise ImproperlyDeclared(
+                job_name,
+                "schedule",
+                given["schedule"],
+                "a job's fixed-rate grid is always anchored on CLUSTER_JOBS['EPOCH'], so that "
+                "every node computes the same slots; drop anchor= (or change EPOCH)",
+            )
         return given["schedule"]
     if given["cron"] is not None:
         return schedules.Cron(given["cron"], given["tz"] or "UTC")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -224,14 +224,25 @@ class Coordinator(OwnershipMixin, PolicyMixin):
         return nodes.values_list("db_now", flat=True).first()
 
     def heartbeat(
-        self, node: str, now: datetime, lease_until: datetime, stats: NodeStats
+        self,
+        node: str,
+        now: datetime,
+        lease_until: datetime,
+        stats: NodeStats,
+        run_ids: Collection[int] = (),
     ) -> Heartbeat:
-        """Renew the node row and the leases of all its running runs in one transaction."""
+        """Renew the node row and the leases of the runs it is executing, in one transaction.
+
+        Only ``run_ids`` (what the node actually runs) are renewed, so a run the node claimed
+        but never started (its claim's reply was lost) expires and is taken over.
+        """
         with transaction.atomic(using=self.alias):
             WorkerNode.objects.using(self.alias).filter(node_id=node).update(
                 last_heartbeat=now, **stats.fields()
             )
-            runs = JobRun.objects.using(self.alias).filter(node=node, state=RunState.RUNNING)
+            runs = JobRun.objects.using(self.alias).filter(
+                node=node, state=RunState.RUNNING, pk__in=list(run_ids)
+            )
             runs.update(lease_expires_at=lease_until)
             owned = list(runs.values_list("pk", "cancel_requested"))
             status = (

@@ -132,7 +132,8 @@ class OwnershipMixin:
             )
             if lost:
                 transaction.on_commit(
-                    lambda: _signal_lost(self.alias, pk, node, reason), using=self.alias
+                    lambda: _signal(self.alias, "run_lost", pk, node, reason=reason),
+                    using=self.alias,
                 )
                 self.record(
                     pk,
@@ -196,6 +197,11 @@ class OwnershipMixin:
             )
         )
         if updated:
+            reason = "lease expired too often; dead-lettered after repeated takeovers"
+            transaction.on_commit(
+                lambda: _signal(self.alias, "run_dead_lettered", pk, leader, error=reason),
+                using=self.alias,
+            )
             self.record(
                 pk,
                 EventKind.DEAD_LETTERED,
@@ -247,17 +253,18 @@ class OwnershipMixin:
         return len(ids) if deleted else 0
 
 
-def _signal_lost(alias: str, pk: int, node: str, reason: str) -> None:
+def _signal(alias: str, name: str, pk: int, node: str, **kwargs: object) -> None:
+    """Send the lifecycle signal ``name`` for run ``pk`` once its write has committed."""
     from .. import signals
 
     run = JobRun.objects.using(alias).select_related("job").filter(pk=pk).first()
     if run is not None:
         signals.send(
-            signals.run_lost,
+            getattr(signals, name),
             run.job.name,
             run_id=pk,
             key=run.key,
             node=node,
             attempt=run.attempt,
-            reason=reason,
+            **kwargs,
         )

@@ -79,7 +79,12 @@ class PostgreSQLCoordinator(Coordinator):
             )
 
     def heartbeat(
-        self, node: str, now: datetime, lease_until: datetime, stats: NodeStats
+        self,
+        node: str,
+        now: datetime,
+        lease_until: datetime,
+        stats: NodeStats,
+        run_ids: Collection[int] = (),
     ) -> Heartbeat:
         conn = self.connection
         query = sql.PG_HEARTBEAT.format(node_table=WorkerNode._meta.db_table)
@@ -92,6 +97,7 @@ class PostgreSQLCoordinator(Coordinator):
             node,
             lease_until,
             node,
+            [int(run_id) for run_id in run_ids],
         ]
         with conn.cursor() as cursor:
             cursor.execute(query, params)

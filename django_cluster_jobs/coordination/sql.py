@@ -62,14 +62,15 @@ INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason) VALUES (%s, %s, 'cla
 
 # PostgreSQL heartbeat: node row and every lease of its running runs in one round trip.
 # Parameters: last_heartbeat, clock_offset_ms, claims_won, claims_lost, skipped, node,
-# lease_until, node.
+# lease_until, node, the ids of the runs the node executes.
 PG_HEARTBEAT = f"""
 WITH n AS (
     UPDATE {{node_table}} SET last_heartbeat = %s, clock_offset_ms = %s, claims_won = %s,
                              claims_lost = %s, skipped = %s
     WHERE node_id = %s RETURNING status
 ), r AS (
-    UPDATE {RUN} SET lease_expires_at = %s WHERE node = %s AND state = 'running'
+    UPDATE {RUN} SET lease_expires_at = %s
+    WHERE node = %s AND state = 'running' AND id = ANY(%s)
     RETURNING id, cancel_requested
 )
 SELECT (SELECT status FROM n), r.id, r.cancel_requested FROM (SELECT 1) AS one LEFT JOIN r ON true

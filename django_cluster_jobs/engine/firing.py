@@ -216,7 +216,11 @@ class Firing:
         elif result.buffered:
             self._skip(planned, claim.key, stats.BUFFERED)
         elif result.skipped:
-            counter = stats.CONCURRENCY if "max_concurrency" in result.skipped else stats.OVERLAP
+            counter = stats.OVERLAP
+            if result.skipped.startswith("max_concurrency"):
+                counter = stats.CONCURRENCY
+            elif result.skipped.startswith("queue"):
+                counter = stats.QUEUE_LIMIT
             self._record_skip(planned, claim, now, result.skipped, counter)
         else:
             self.counters.add(lost=1)
@@ -327,7 +331,10 @@ class Firing:
         merged = {**(planned.definition.payload or {}), **payload}
 
         def task() -> None:
-            self.runner.run(won, planned, scheduled_at, merged, on_done)
+            try:
+                self.runner.run(won, planned, scheduled_at, merged, on_done)
+            finally:
+                self.task_done()
 
         if not self.executor.submit(task):  # capacity is checked before claiming
             logger.error(

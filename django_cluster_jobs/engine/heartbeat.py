@@ -79,8 +79,9 @@ class HeartbeatThread(threading.Thread):
         lease_until = now + timedelta(seconds=app_settings.LEASE_TTL)
         offset_ms = node.clock.offset.total_seconds() * 1000
         started = time.monotonic()
+        running = {active.won.run_id for active in node.runner.snapshot()}
         beat = node.coordinator.heartbeat(
-            node.node_id, now, lease_until, node.counters.snapshot(offset_ms)
+            node.node_id, now, lease_until, node.counters.snapshot(offset_ms), running
         )
         if beat.status == NodeStatus.DRAINING and not node.stopping:
             node.request_stop(reason="drain requested")

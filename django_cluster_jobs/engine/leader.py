@@ -77,8 +77,24 @@ class Leader:
             )
             purged = self._purge(now)
             catch_up(self.node, now)
+            self._record_chores(now, held.fence, reaped, purged)
         self._log(reaped, dead, purged)
         return True
+
+    def _record_chores(self, now: datetime, fence: int, reaped: int, purged: int) -> None:
+        done = [
+            (ClusterEventKind.REAPED, reaped, "run(s) released after their lease expired"),
+            (ClusterEventKind.PURGED, purged, "finished run(s) purged past retention"),
+        ]
+        ClusterEvent.objects.using(self.alias).bulk_create(
+            [
+                ClusterEvent(
+                    at=now, kind=kind, node=self.node.node_id, fence=fence, detail=f"{count} {what}"
+                )
+                for kind, count, what in done
+                if count
+            ]
+        )
 
     def _purge(self, now: datetime) -> int:
         if self._last_purge and (now - self._last_purge).total_seconds() < PURGE_EVERY:

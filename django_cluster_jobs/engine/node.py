@@ -75,6 +75,7 @@ class Node(Firing):
         self._inbox: queue.SimpleQueue[tuple[datetime, str]] = queue.SimpleQueue()
         self._reload = threading.Event()
         self._pending_due: datetime | None = None
+        self._pending_blocked = False
         self._collected_until: datetime | None = None
         self.heartbeat = HeartbeatThread(self)
         self.leader = Leader(self)
@@ -254,12 +255,25 @@ class Node(Firing):
         self._wake.set()
 
     def _plan_pending(self, now: datetime, next_due: datetime | None) -> None:
-        """Look again when the next pending run is due; poll where nothing will notify us."""
+        """Look again when the next pending run is due; poll where nothing will notify us.
+
+        A run still due after a pass could not be taken (no free thread, or its job or queue is
+        at its limit): look again a poll interval later, or as soon as a thread here frees up,
+        never in a busy loop.
+        """
+        poll = now + timedelta(seconds=app_settings.POLL_INTERVAL)
+        self._pending_blocked = next_due is not None and next_due <= now
+        if self._pending_blocked:
+            next_due = poll
         listening = self.listener is not None and self.listener.healthy
         if not listening:
-            poll = now + timedelta(seconds=app_settings.POLL_INTERVAL)
             next_due = min(next_due, poll) if next_due else poll
         self._pending_due = next_due
+
+    def task_done(self) -> None:
+        """A handler finished here: if due pending runs were waiting for a thread, look now."""
+        if self._pending_blocked:
+            self.wake_pending()
 
     def _sleep(self) -> None:
         due = [d for d in (self.planner.next_due(), self._pending_due) if d is not None]
@@ -272,11 +286,27 @@ class Node(Firing):
     # -- one tick -------------------------------------------------------------------------------
 
     def tick(self) -> None:
-        """Claim every occurrence due now, in one batch; then start due pending runs."""
+        """Claim every occurrence due now, in one batch; then start due pending runs.
+
+        A database error anywhere in a tick is logged and the loop goes on: what could not be
+        claimed was skipped (fail-closed), and a reload that failed is tried again next tick.
+        """
         self.ticks += 1
+        try:
+            self._tick()
+        except DatabaseError as exc:
+            release_broken_connections()
+            logger.warning(
+                "tick of %s failed (fail-closed, retrying next tick): %s",
+                self.node_id,
+                exc,
+                extra=self.log_extra,
+            )
+
+    def _tick(self) -> None:
         if self._reload.is_set():
-            self._reload.clear()
             self.reload()
+            self._reload.clear()
         while not self._inbox.empty():
             self.planner.push(*self._inbox.get())
         now = self.clock.now()

@@ -96,7 +96,9 @@ class LeaseKeeper(threading.Thread):
     def beat(self) -> None:
         shot, now = self.shot, self.shot.clock.now()
         try:
-            beat = shot.coordinator.heartbeat(shot.node_id, now, shot.lease_until(now), NodeStats())
+            beat = shot.coordinator.heartbeat(
+                shot.node_id, now, shot.lease_until(now), NodeStats(), [self.run_id]
+            )
         except DatabaseError as exc:
             release_broken_connections()
             logger.warning("could not renew the lease of run %s: %s", self.run_id, exc)
@@ -207,8 +209,11 @@ class OneShot:
             .values("pk", "node", "state")
             .first()
         )
-        if row is None:  # refused by the database gate: disabled or paused meanwhile
+        if row is None:  # refused by the database gate: disabled, paused, or overlap
+            live = self.coordinator.live_laned({self.planned.definition.pk})
             reason = "not claimed: the job is disabled or paused"
+            if live:
+                reason = f"not claimed: overlap, the previous run ({live.popitem()[1]}) is live"
             return Result(self.name, key, scheduled_at, ran=False, reason=reason)
         return Result(
             self.name,

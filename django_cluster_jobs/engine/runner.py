@@ -221,11 +221,12 @@ class Runner:
         failed = outcome.state in (RunState.FAILED, RunState.TIMED_OUT)
         if failed and self._retryable(active, outcome):
             return self._retry(active, outcome, now)
+        attempt_state = outcome.state
         if failed and active.planned.definition.max_attempts > 1:
             outcome.state = RunState.DEAD
         recorded = self._write(active, outcome, now)
         if recorded:
-            self._after(active, outcome, now)
+            self._after(active, outcome, attempt_state, now)
         return now
 
     def _retryable(self, active: Active, outcome: Outcome) -> bool:
@@ -302,7 +303,7 @@ class Runner:
             )
         return bool(recorded)
 
-    def _after(self, active: Active, outcome: Outcome, now: datetime) -> None:
+    def _after(self, active: Active, outcome: Outcome, attempt_state: str, now: datetime) -> None:
         definition = active.planned.definition
         if outcome.state == RunState.SUCCEEDED:
             self._signal(signals.run_succeeded, active, result=outcome.result)
@@ -310,7 +311,7 @@ class Runner:
             self._signal(
                 signals.run_failed,
                 active,
-                state=outcome.state,
+                state=attempt_state,
                 error=outcome.error,
                 will_retry=False,
             )

@@ -18,6 +18,7 @@ PAUSED = "paused"
 OVERLAP = "overlap"
 BUFFERED = "buffered"
 CONCURRENCY = "max_concurrency"
+QUEUE_LIMIT = "queue_limit"
 
 
 class Counters:

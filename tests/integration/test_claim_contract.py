@@ -220,7 +220,7 @@ def test_finish_with_a_stale_fence_is_fenced_out(coordinator):
     assert (event.kind, event.node, event.fence) == (EventKind.FENCED_OUT, "a", 1)
 
 
-def test_heartbeat_renews_only_this_nodes_running_leases(coordinator):
+def test_heartbeat_renews_only_the_leases_of_runs_this_node_executes(coordinator):
     from django_cluster_jobs.coordination import NodeStats
     from tests.factories import WorkerNodeFactory
 
@@ -229,10 +229,12 @@ def test_heartbeat_renews_only_this_nodes_running_leases(coordinator):
     theirs = RunningRunFactory(node="b", lease_expires_at=LEASE)
     done = RunningRunFactory(node="a", state=RunState.SUCCEEDED, lease_expires_at=LEASE)
     later = LEASE + timedelta(minutes=1)
-    beat = coordinator.heartbeat("a", NOW, later, NodeStats(1.5, 3, 2, {"claimed_elsewhere": 2}))
+    orphan = RunningRunFactory(node="a", lease_expires_at=LEASE)  # claimed, never started here
+    stats = NodeStats(1.5, 3, 2, {"claimed_elsewhere": 2})
+    beat = coordinator.heartbeat("a", NOW, later, stats, [mine.pk, done.pk, theirs.pk])
     assert beat.owned_runs == {mine.pk} and beat.status == "active"
     values = dict(JobRun.objects.values_list("pk", "lease_expires_at"))
-    assert values == {mine.pk: later, theirs.pk: LEASE, done.pk: LEASE}
+    assert values == {mine.pk: later, theirs.pk: LEASE, done.pk: LEASE, orphan.pk: LEASE}
     from django_cluster_jobs.models import WorkerNode
 
     node = WorkerNode.objects.get(node_id="a")

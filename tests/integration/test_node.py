@@ -126,3 +126,37 @@ def test_a_definition_saved_while_the_node_starts_is_picked_up():
         assert "saved-during-start" in late.planned
     finally:
         late.stop()
+
+
+def test_due_pending_work_it_cannot_take_does_not_spin_the_loop(node):
+    from django_cluster_jobs import services
+
+    blockers = [threading.Event() for _ in range(2)]
+    for event in blockers:
+        assert node.executor.submit(lambda e=event: e.wait(10))
+    try:
+        services.enqueue("tests.manual")
+        node.wake_pending()
+        node.tick()
+        now = node.clock.now()
+        assert node._pending_due > now + timedelta(seconds=0.5), "the loop would spin"
+        assert JobRun.objects.get(job__name="tests.manual").state == RunState.PENDING
+    finally:
+        for event in blockers:
+            event.set()
+    node.executor.wait_idle(5)
+    node.task_done()  # what every handler's completion does
+    assert node._pending_due <= node.clock.now()
+
+
+def test_a_database_error_anywhere_in_a_tick_does_not_end_the_loop(node, monkeypatch):
+    def unreachable(*args, **kwargs):
+        raise OperationalError("server closed the connection unexpectedly")
+
+    monkeypatch.setattr("django_cluster_jobs.engine.node.load_planned", unreachable)
+    node.request_reload()
+    node.tick()  # the reload fails: logged, not raised
+    assert node._reload.is_set(), "the failed reload is retried at the next tick"
+    monkeypatch.undo()
+    node.tick()
+    assert not node._reload.is_set() and "tests.every_second" in node.planned

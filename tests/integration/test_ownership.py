@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from django_cluster_jobs import LockNotAcquired, cluster_lock
+from django_cluster_jobs import LockLost, LockNotAcquired, cluster_lock
 from django_cluster_jobs.coordination import Won, leases
 from django_cluster_jobs.coordination.leases import Held
 from django_cluster_jobs.models import (
@@ -181,8 +181,20 @@ def test_cluster_lock_renews_itself_while_held():
 
 
 def test_cluster_lock_notices_when_it_is_lost():
-    with cluster_lock("stolen", ttl=0.6) as handle:
+    with pytest.raises(LockLost), cluster_lock("stolen", ttl=0.6) as handle:
         Lease.objects.filter(name="lock:stolen").update(
             token="other", holder="other", fence=handle.fence + 1
         )
+        assert handle.lost.wait(3)
+
+
+def test_cluster_lock_is_lost_when_it_cannot_be_renewed_before_it_expires(monkeypatch):
+    from django.db import OperationalError
+
+    with pytest.raises(LockLost), cluster_lock("cut-off", ttl=0.6) as handle:
+
+        def unreachable(*args, **kwargs):
+            raise OperationalError("could not connect to server")
+
+        monkeypatch.setattr(leases, "acquire", unreachable)
         assert handle.lost.wait(3)

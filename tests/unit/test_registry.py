@@ -446,3 +446,14 @@ def test_get_before_the_app_registry_is_ready(monkeypatch):
     assert "Call django.setup() first" in str(caught.value)
     monkeypatch.undo()
     assert registry.get("unit.registry.early").name == "unit.registry.early"
+
+
+def test_a_per_job_fixed_rate_anchor_is_refused():
+    """Anchors are not stored: every grid must come from EPOCH, or nodes would disagree."""
+    from datetime import UTC, datetime, timedelta
+
+    from django_cluster_jobs import Every, ImproperlyDeclared, job
+
+    anchored = Every(timedelta(minutes=1), anchor=datetime(2026, 1, 1, tzinfo=UTC))
+    with pytest.raises(ImproperlyDeclared, match="anchored on CLUSTER_JOBS\\['EPOCH'\\]"):
+        job(name="tests.anchored", schedule=anchored)(lambda: None)

@@ -3,7 +3,7 @@
 Meant for an external clock such as a Kubernetes CronJob: the arrival time (now, or ``--at``) is
 snapped to the nearest occurrence of the job's schedule, and only the first delivery for that
 occurrence runs it. Exit status: 0 when the run succeeded or the occurrence was already claimed
-(or the job is disabled or paused), 1 when the handler failed.
+(or the job is disabled, paused, or a previous run is live), 1 when the handler failed.
 """
 
 from __future__ import annotations
