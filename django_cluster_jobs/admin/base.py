@@ -110,8 +110,9 @@ class OperatorActionsMixin:
         )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
-    def response_action(self, request, queryset):
-        response = super().response_action(request, queryset)
+    def response_action(self, request, queryset, **kwargs):
+        # Django 6.1 adds action_location; pass whatever the running version gives.
+        response = super().response_action(request, queryset, **kwargs)
         selected = request.POST.getlist("_selected_action")
         back = FROM_OBJECT in request.POST and len(selected) == 1
         if back and isinstance(response, HttpResponseRedirect):

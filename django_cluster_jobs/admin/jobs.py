@@ -106,8 +106,12 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
             return False
         return super().has_delete_permission(request, obj)
 
-    def get_actions(self, request):
-        actions = super().get_actions(request)
+    def get_actions(self, request, action_location=None):
+        # Django 6.1 passes action_location (change list or change form); 5.2 knows none.
+        if action_location is None:
+            actions = super().get_actions(request)
+        else:
+            actions = super().get_actions(request, action_location=action_location)
         actions.pop("delete_selected", None)  # bulk delete would bypass the code-row guard
         return actions
 
