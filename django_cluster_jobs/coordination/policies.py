@@ -161,6 +161,8 @@ class PolicyMixin:
                 return GateResult(skipped=f"queue {gate.queue!r} limit {gate.queue_limit} reached")
             live = runs.filter(state__in=LIVE_STATES).exclude(due_at=PARKED)
             cancelled: tuple[int, ...] = ()
+            if gate.overlap == "buffer_one" and self._release_stranded(runs, live, now):
+                return GateResult(skipped="overlap: the buffered run goes first")
             if gate.overlap == "cancel_other":
                 cancelled = self._cancel_running(live, node, now)
             elif gate.limit is not None and live.count() >= gate.limit:
@@ -245,6 +247,20 @@ class PolicyMixin:
         """Return, per job, the key of the live run holding its lane (if any)."""
         rows = JobRun.objects.using(self.alias).filter(lane__in=job_ids, state__in=LIVE_STATES)
         return dict(rows.values_list("job_id", "key"))
+
+    def _release_stranded(self, runs, live, now: datetime) -> bool:
+        """Release a buffered run that nothing live is ahead of any more.
+
+        The run it waited for has ended but its node has not released it yet (or died before
+        it could): the buffered run goes next, so the occurrence being claimed yields to it
+        rather than starting beside it.
+        """
+        if live.exists():
+            return False
+        released = runs.filter(state=RunState.PENDING, due_at=PARKED).update(due_at=now)
+        if released:
+            transaction.on_commit(self.notify_pending, using=self.alias)  # type: ignore[attr-defined]
+        return bool(released)
 
     def release_buffered(self, job_id: int, now: datetime) -> int:
         """Make the job's buffered run due now (its predecessor ended)."""

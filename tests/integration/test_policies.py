@@ -240,3 +240,21 @@ def test_losing_an_at_most_once_run_sends_run_lost_once(env):
     runner.coordinator.hand_back(won, "n1", T0)
     runner.coordinator.hand_back(Won(won.run_id, won.job_id, won.key, won.fence), "n1", T0)
     assert [(s["run_id"], s["sender"]) for s in sent["run_lost"]] == [(run.pk, "tests.long_once")]
+
+
+def test_a_buffered_run_goes_before_a_new_occurrence_once_its_predecessor_ended(coordinator):
+    """The predecessor ended but was not released yet (or its node died): the new occurrence
+    must yield to the buffered run instead of starting beside it."""
+    from django_cluster_jobs.coordination import Claim
+    from django_cluster_jobs.coordination.policies import PARKED, Gate
+    from tests.factories import JobDefinitionFactory, JobRunFactory
+
+    job = JobDefinitionFactory(overlap="buffer_one")
+    JobRunFactory(job=job, key="a", state=RunState.SUCCEEDED)  # ended, not released
+    parked = JobRunFactory(job=job, key="b", state=RunState.PENDING, due_at=PARKED)
+    result = coordinator.claim_gated(
+        Claim(job.pk, "c", T0), Gate("buffer_one", 1), "n1", lambda: T0, timedelta(seconds=30)
+    )
+    assert result.won is None and result.skipped == "overlap: the buffered run goes first"
+    assert JobRun.objects.get(pk=parked.pk).due_at == T0
+    assert not JobRun.objects.filter(job=job, key="c", state=RunState.RUNNING).exists()
