@@ -1,0 +1,1 @@
+"""Benchmarks of django-cluster-jobs: scripts that print figures (see README.md)."""
