@@ -258,3 +258,23 @@ def test_a_buffered_run_goes_before_a_new_occurrence_once_its_predecessor_ended(
     assert result.won is None and result.skipped == "overlap: the buffered run goes first"
     assert JobRun.objects.get(pk=parked.pk).due_at == T0
     assert not JobRun.objects.filter(job=job, key="c", state=RunState.RUNNING).exists()
+
+
+def test_run_skipped_is_sent_once_per_occurrence_however_many_nodes_skip_it(env):
+    from django_cluster_jobs.coordination import Claim
+    from django_cluster_jobs.engine import Node
+
+    _, _, planned, sent = env
+    p = planned["tests.every_second"]
+    claim = Claim(p.definition.pk, "2026-05-28T09:00:01Z", T0 + timedelta(seconds=1))
+    nodes = [Node(f"n{i}", threads=1) for i in range(3)]
+    try:
+        for node in nodes:  # three nodes find the same occurrence refused by overlap
+            node._record_skip(p, claim, T0, "overlap: the previous run is still live", "overlap")
+    finally:
+        for node in nodes:
+            node.executor.shutdown()
+    [skipped] = sent["run_skipped"]
+    assert skipped["sender"] == "tests.every_second" and skipped["key"] == claim.key
+    assert skipped["reason"] == "overlap: the previous run is still live"
+    assert JobRun.objects.filter(key=claim.key, state=RunState.SKIPPED).count() == 1
