@@ -41,16 +41,18 @@ class Leader:
         """Take or keep the lease; log and record every change of leader; do the chores."""
         now = self.node.clock.now()
         ttl = timedelta(seconds=app_settings.LEADER_TTL)
-        held = leases.acquire(self.alias, LEADER, self.node.node_id, self.token, now, ttl)
-        if held is not None and held.acquired:
-            self._record(ClusterEventKind.LEADER_ACQUIRED, held.fence, now, "became leader")
-        elif held is None and self.held is not None:
-            self._record(
-                ClusterEventKind.LEADER_LOST,
-                self.held.fence,
-                now,
-                "the leader lease was taken by another node",
-            )
+        # One transaction: a change of leader and its record are committed together.
+        with transaction.atomic(using=self.alias):
+            held = leases.acquire(self.alias, LEADER, self.node.node_id, self.token, now, ttl)
+            if held is not None and held.acquired:
+                self._record(ClusterEventKind.LEADER_ACQUIRED, held.fence, now, "became leader")
+            elif held is None and self.held is not None:
+                self._record(
+                    ClusterEventKind.LEADER_LOST,
+                    self.held.fence,
+                    now,
+                    "the leader lease was taken by another node",
+                )
         self.held = held
         if held is not None:
             self.chores(now)

@@ -117,9 +117,8 @@ def test_leader_failover_within_the_lease_ttl(start_scheduler, settings):
     cfg = settings.CLUSTER_JOBS
     assert elapsed <= cfg["LEADER_TTL"] + 2 * cfg["HEARTBEAT_INTERVAL"] + 1.0
     assert new.fence > old_fence
-    assert ClusterEvent.objects.filter(
-        kind="leader_acquired", node=new.holder, fence=new.fence
-    ).exists()
+    acquired = ClusterEvent.objects.filter(kind="leader_acquired", node=new.holder, fence=new.fence)
+    assert acquired.exists(), "the change of leader was committed without its record"
 
 
 def test_dead_node_is_marked_dead_by_the_leader(start_scheduler):
