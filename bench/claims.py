@@ -156,8 +156,7 @@ def breakdown(claimer: Claimer, size: int, repeats: int = 10) -> tuple[list, lis
 
     The statement is captured from a real call (so this follows the package's SQL), then timed
     inside a transaction split at its deferred foreign-key checks and its commit; EXPLAIN ANALYZE
-    of it (rolled back) gives the server's planning and execution; psycopg's client-side binding
-    of it (what Django's default ClientCursor does on every call) is timed with mogrify.
+    of it (rolled back) gives the server's planning and execution.
     """
     from django.db import connection, transaction
 
@@ -172,9 +171,6 @@ def breakdown(claimer: Claimer, size: int, repeats: int = 10) -> tuple[list, lis
             transaction.set_rollback(True)
         for key, name in (("Planning Time", "planning"), ("Execution Time", "execution")):
             parts.setdefault(name, []).append(float(summary[key][:-3]) / 1000)
-        started = time.perf_counter()
-        psycopg_client_cursor(connection).mogrify(sql, params)
-        parts.setdefault("client binding", []).append(time.perf_counter() - started)
     return [size, *(common.ms(common.pct(v, 0.5)) for v in parts.values())], list(parts)
 
 
@@ -215,12 +211,6 @@ def captured_claim(claimer: Claimer, size: int) -> tuple[str, list]:
         claimer.coordinator.claim(claimer.claims(size), "bench", claimer.now, claimer.lease_until)
         transaction.set_rollback(True)
     return sent[-1]
-
-
-def psycopg_client_cursor(connection):
-    import psycopg
-
-    return psycopg.ClientCursor(connection.connection)
 
 
 def row(label: str, times: list[float], size: int = 1) -> list:
@@ -272,8 +262,7 @@ def print_breakdown(claimer: Claimer) -> None:
     common.note(
         "medians of 10 calls: the statement (with psycopg's implicit BEGIN), the deferred "
         "foreign-key checks (SET CONSTRAINTS ALL IMMEDIATE) and the commit timed apart inside one "
-        "transaction; planning and execution on the server from EXPLAIN ANALYZE (rolled back); "
-        "client binding = psycopg ClientCursor.mogrify of the same statement and parameters, "
+        "transaction; planning and execution on the server from EXPLAIN ANALYZE (rolled back), "
         "part of the statement's time."
     )
 

@@ -41,17 +41,22 @@ RETURNING id, job_id, key
 
 CLAIM_VALUES = "WITH v (job_id, key, scheduled_at, outcome, priority, payload) AS (VALUES {rows})"
 
-# PostgreSQL: the claim and the "claimed" timeline entries in one round trip.
-# Extra parameters after CLAIM_INSERT's: now, node.
-PG_CLAIM = (
-    CLAIM_VALUES
-    + f""",
+# The same rows as one array per column (PostgreSQL), for large batches: a batch of 1000 is six
+# parameters, not 6000, and the text is the same for any size. Parameters: the six arrays.
+CLAIM_ARRAYS = """WITH v (job_id, key, scheduled_at, outcome, priority, payload) AS (
+    SELECT * FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::integer[],
+                         %s::jsonb[]))"""
+
+# PostgreSQL: the claim and the "claimed" timeline entries in one round trip, after CLAIM_VALUES
+# or CLAIM_ARRAYS. Extra parameters after CLAIM_INSERT's: now, node.
+PG_CLAIM_TAIL = f""",
 ins AS ({CLAIM_INSERT}),
 ev AS (INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
        SELECT id, %s, 'claimed', %s, 1, '' FROM ins)
 SELECT id, job_id, key FROM ins
 """
-)
+PG_CLAIM = CLAIM_VALUES + PG_CLAIM_TAIL
+PG_CLAIM_ARRAYS = CLAIM_ARRAYS + PG_CLAIM_TAIL
 
 # SQLite: the claim alone; its events follow in the same write transaction.
 SQLITE_CLAIM = CLAIM_VALUES + "\n" + CLAIM_INSERT

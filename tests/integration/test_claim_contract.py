@@ -68,6 +68,39 @@ def test_payload_and_outcome_are_stored(coordinator):
     assert (run.outcome, run.priority, run.payload) == ("every_node", 7, {"x": [1, "y"]})
 
 
+@pytest.mark.parametrize("size", [1, 20], ids=["small batch", "large batch"])
+def test_every_column_is_stored_whatever_the_batch_size(coordinator, size):
+    """PostgreSQL sends small batches as VALUES rows and large ones as arrays: same result."""
+    job, other, disabled = JobDefinitionFactory(), JobDefinitionFactory(), JobDefinitionFactory()
+    disabled.enabled = False
+    disabled.save()
+    claims = [
+        Claim(
+            (job, other)[i % 2].pk,
+            f"k{i}",
+            NOW + timedelta(seconds=i),
+            outcome="external" if i else "won",
+            priority=i,
+            payload={"i": i, "s": "é'\"", "n": None, "l": [1.5, True]},
+        )
+        for i in range(size)
+    ]
+    claims.append(Claim(disabled.pk, "k0", NOW))
+    won = coordinator.claim(claims, "a", NOW, LEASE)
+    assert sorted((w.job_id, w.key) for w in won) == sorted((c.job_id, c.key) for c in claims[:-1])
+    for c in claims[:-1]:
+        run = JobRun.objects.get(job_id=c.job_id, key=c.key)
+        assert (run.scheduled_at, run.due_at, run.outcome, run.priority, run.payload) == (
+            c.scheduled_at,
+            c.scheduled_at,
+            c.outcome,
+            c.priority,
+            c.payload,
+        )
+        assert (run.state, run.node, run.fence, run.lease_expires_at) == ("running", "a", 1, LEASE)
+        assert list(run.events.values_list("kind", flat=True)) == [EventKind.CLAIMED]
+
+
 def race_threads(coordinator, claims: list[Claim], racers: int) -> list[list[Won]]:
     """Let ``racers`` threads, each on its own connection, claim the same batch at once."""
     barrier = threading.Barrier(racers, timeout=30)
