@@ -177,7 +177,11 @@ class JobRunQuerySet(models.QuerySet):
 class JobRun(models.Model):
     """One claimed occurrence and what happened to it; unique (job, key) is the claim."""
 
-    job = models.ForeignKey(JobDefinition, on_delete=models.CASCADE, related_name="runs")
+    # Every index is written by each claim: the job's lookups use the unique (job, key) index, and
+    # the origin and finished_at indexes leave out the rows (new claims) that have neither.
+    job = models.ForeignKey(
+        JobDefinition, on_delete=models.CASCADE, related_name="runs", db_index=False
+    )
     key = models.CharField(max_length=255)
     scheduled_at = models.DateTimeField()
     due_at = models.DateTimeField()
@@ -198,7 +202,12 @@ class JobRun(models.Model):
     #: live runs then lets at most one such run be pending or running in the whole cluster.
     lane = models.BigIntegerField(null=True, blank=True, editable=False)
     origin = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="followers"
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="followers",
+        db_index=False,
     )
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
@@ -230,7 +239,14 @@ class JobRun(models.Model):
                 condition=Q(state="running"),
             ),
             models.Index(fields=["job", "-scheduled_at"], name="cluster_jobs_run_job_recent"),
-            models.Index(fields=["finished_at"], name="cluster_jobs_run_finished"),
+            models.Index(
+                fields=["finished_at"],
+                name="cluster_jobs_run_finished",
+                condition=Q(finished_at__isnull=False),
+            ),
+            models.Index(
+                fields=["origin"], name="cluster_jobs_run_origin", condition=Q(origin__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
