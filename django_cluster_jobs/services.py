@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
+from django.db.models.functions import Now
 from django.utils import timezone
 
 from .conf import app_settings
@@ -43,6 +44,24 @@ def definition_for(name: str, using: str | None = None) -> JobDefinition:
     return row
 
 
+def cluster_now(using: str | None = None) -> datetime:
+    """Return cluster time: the database's clock (this machine's before any node has started).
+
+    Callers of these services (a web process, a shell) are not nodes and do not measure their
+    clock's offset, so a due time taken from their own clock would be as wrong as that clock.
+    """
+    using = using or app_settings.DATABASE
+    return get_coordinator(using).db_now() or timezone.now()
+
+
+def _definition_and_now(name: str, using: str) -> tuple[JobDefinition, datetime]:
+    """Return the job's stored definition and cluster time, read in one query when it exists."""
+    row = JobDefinition.objects.using(using).filter(name=name).annotate(db_now=Now()).first()
+    if row is None:
+        return definition_for(name, using), cluster_now(using)
+    return row, row.db_now
+
+
 def enqueue(
     name: str,
     payload: dict[str, Any] | None = None,
@@ -53,11 +72,13 @@ def enqueue(
     outcome: str = Outcome.ENQUEUED,
     using: str | None = None,
 ) -> JobRun:
-    """Create a pending run of job ``name``; with ``key``, a second call returns the first run."""
+    """Create a pending run of job ``name``; with ``key``, a second call returns the first run.
+
+    Without ``at`` the run is due at once on the database's clock, whatever the caller's says.
+    """
     using = using or app_settings.DATABASE
-    definition = definition_for(name, using)
     payload = check_payload(name, payload or {})
-    now = timezone.now()
+    definition, now = _definition_and_now(name, using)
     due = at or now
     run_key = f"{outcome}:{key}" if key else f"{outcome}:{uuid.uuid4().hex}"
     fields = {
@@ -105,7 +126,7 @@ def request_cancel(run: JobRun, by: str = "", using: str | None = None) -> bool:
             kind=EventKind.CANCEL_REQUESTED,
             node=by,
             fence=run.fence,
-            at=timezone.now(),
+            at=cluster_now(using),
         )
     return bool(updated)
 
@@ -149,7 +170,7 @@ def resume(name: str, using: str | None = None) -> bool:
 def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
     """Run a finished (typically dead-lettered) run again as a fresh run linked to it."""
     using = using or app_settings.DATABASE
-    now = timezone.now()
+    now = cluster_now(using)
     fresh = JobRun.objects.using(using).create(
         job_id=run.job_id,
         key=f"{Outcome.REPLAY}:{uuid.uuid4().hex}",

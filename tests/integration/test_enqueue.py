@@ -20,7 +20,7 @@ from django_cluster_jobs import InvalidPayload, registry, services
 from django_cluster_jobs.conf import app_settings
 from django_cluster_jobs.models import JobRun, RunState
 from tests.conftest import ROOT, database_url, wait_until
-from tests.factories import JobDefinitionFactory, JobRunFactory
+from tests.factories import JobDefinitionFactory, JobRunFactory, WorkerNodeFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -150,6 +150,34 @@ def test_the_job_shortcut_checks_the_payload_too():
         registry.get("tests.manual").enqueue(value={1, 2})
     run = registry.get("tests.manual").enqueue(value=[1, {"a": None}])
     assert (run.state, run.payload) == (RunState.PENDING, {"value": [1, {"a": None}]})
+
+
+# -- cluster time ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("registered", [True, False], ids=["stored job", "first enqueue"])
+def test_a_caller_whose_clock_is_wrong_still_enqueues_a_run_due_now(monkeypatch, registered):
+    """Due times are cluster time (the database's clock), not the calling process's."""
+    if registered:
+        services.definition_for("tests.manual")
+    WorkerNodeFactory()  # a node has run, so the database's clock is readable
+    wrong = datetime.now(UTC) + timedelta(hours=1)
+    monkeypatch.setattr(services.timezone, "now", lambda: wrong)
+    before = datetime.now(UTC)
+    run = services.enqueue("tests.manual")
+    after = datetime.now(UTC)
+    stored = JobRun.objects.get(pk=run.pk)
+    margin = timedelta(seconds=2)  # the database's clock against this machine's, on one machine
+    assert before - margin <= stored.due_at <= after + margin, stored.due_at
+    assert stored.created_at == stored.due_at == run.due_at
+
+
+def test_replay_is_due_on_the_database_clock(monkeypatch):
+    WorkerNodeFactory()
+    original = JobRunFactory(job=services.definition_for("tests.manual"), state=RunState.DEAD)
+    monkeypatch.setattr(services.timezone, "now", lambda: datetime.now(UTC) + timedelta(hours=1))
+    fresh = services.replay(original)
+    assert abs(JobRun.objects.get(pk=fresh.pk).due_at - datetime.now(UTC)) < timedelta(seconds=2)
 
 
 # -- transactions ----------------------------------------------------------------------------
