@@ -10,6 +10,7 @@ job name and these keyword arguments: ``run_id``, ``job``, ``key``, ``node``, ``
 - ``run_dead_lettered``: ``error``.
 - ``run_skipped``: ``reason``.
 - ``run_lost``: ``reason``.
+- ``run_missed``: ``reason``; sent by the leader for each occurrence it records missed.
 
 Receivers run in the scheduler's threads; an exception in one is logged, never raised.
 """
@@ -27,6 +28,7 @@ run_retried = Signal()
 run_dead_lettered = Signal()
 run_skipped = Signal()
 run_lost = Signal()
+run_missed = Signal()
 
 
 def send(signal: Signal, job: str, **kwargs: object) -> None:

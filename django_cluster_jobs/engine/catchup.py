@@ -50,6 +50,7 @@ from typing import TYPE_CHECKING, Any
 from django.db import transaction
 from django.db.models import Max, Min, Q
 
+from .. import signals
 from ..conf import app_settings
 from ..coordination.base import enabled_job_ids, takes_lane
 from ..models import (
@@ -139,6 +140,7 @@ def catch_up(node: Node, now: datetime) -> int:
         plans = _plans(alias, scans, now)
         written = _write(node, alias, plans, now)
         _record(node, alias, plans, written, now, progress.fence)
+        _announce(node, alias, plans, written, now)
         checked = _checked(progress, idle, until)
         checked.update(_checked(progress, jobs, until, since))
         # Remembered only once written: a pass that rolls back is done again by the next one.
@@ -439,6 +441,43 @@ def _record(
             fence=fence,
             detail="; ".join(lines)[:EVENT_DETAIL_LIMIT],
         )
+
+
+def _announce(
+    node: Node, alias: str, plans: list[Plan], written: list[JobRun], now: datetime
+) -> None:
+    """Send ``run_missed`` and ``run_skipped`` for the rows this pass wrote, once committed.
+
+    Only rows that name this leader and this pass's time are its own, so a leader racing another
+    never announces the other's rows."""
+    settled = [r for r in written if r.state in (RunState.MISSED, RunState.SKIPPED)]
+    if not settled:
+        return
+    names = {plan.planned.definition.pk: plan.planned.name for plan in plans}
+    ours = {
+        (job_id, key): pk
+        for job_id, key, pk in JobRun.objects.using(alias)
+        .filter(job_id__in={r.job_id for r in settled}, key__in={r.key for r in settled})
+        .filter(node=node.node_id, created_at=now)
+        .values_list("job_id", "key", "pk")
+    }
+
+    def send() -> None:
+        for row in settled:
+            if (row.job_id, row.key) not in ours:
+                continue
+            signal = signals.run_missed if row.state == RunState.MISSED else signals.run_skipped
+            signals.send(
+                signal,
+                names[row.job_id],
+                run_id=ours[(row.job_id, row.key)],
+                key=row.key,
+                node=node.node_id,
+                attempt=0,
+                reason=row.reason,
+            )
+
+    transaction.on_commit(send, using=alias)
 
 
 def _warn_truncated(node: Node, scans: list[Scan]) -> None:

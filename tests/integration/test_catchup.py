@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 import threading
 import uuid
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
 from django.db import connections
 
+from django_cluster_jobs import signals
 from django_cluster_jobs.conf import app_settings
 from django_cluster_jobs.coordination import get_coordinator
 from django_cluster_jobs.engine import catchup
@@ -257,6 +259,62 @@ def test_a_live_run_on_the_lane_turns_the_fire_once_catch_up_into_a_skip():
     assert "overlap" in skipped.reason
 
 
+@pytest.fixture
+def announced():
+    """What catch-up sent: (signal name, sender, keyword arguments) in order."""
+    sent: list[tuple[str, str, dict]] = []
+    receivers = []
+    for name in ("run_missed", "run_skipped"):
+
+        def receiver(sender, _name=name, **kwargs):
+            kwargs.pop("signal")
+            sent.append((_name, sender, kwargs))
+
+        getattr(signals, name).connect(receiver)
+        receivers.append((getattr(signals, name), receiver))
+    yield sent
+    for signal, receiver in receivers:
+        signal.disconnect(receiver)
+
+
+def test_each_missed_occurrence_is_announced_once_with_its_run(announced):
+    job = minutely(misfire="skip")
+    node = fake_node()
+    catch_up(node, NOW)
+    catch_up(node, NOW + timedelta(seconds=1))
+    rows = JobRun.objects.filter(job=job, state=RunState.MISSED).order_by("scheduled_at")
+    assert [(name, sender, kw["run_id"], kw["key"]) for name, sender, kw in announced] == [
+        ("run_missed", job.name, r.pk, r.key) for r in rows
+    ]
+    assert {(kw["node"], kw["attempt"], kw["job"], kw["reason"]) for _, _, kw in announced} == {
+        (node.node_id, 0, job.name, "no node fired it in time; the misfire policy is skip")
+    }
+
+
+def test_a_catch_up_refused_by_overlap_is_announced_skipped(announced):
+    job = minutely(overlap="skip", misfire="fire_once", catch_up_window=timedelta(seconds=90))
+    JobRunFactory(job=job, key="manual:live", scheduled_at=NOW, state=RunState.RUNNING,
+                  outcome=Outcome.MANUAL, lane=job.pk)  # fmt: skip
+    catch_up(fake_node(), NOW)
+    skipped = JobRun.objects.get(job=job, state=RunState.SKIPPED)
+    assert [(name, kw["run_id"]) for name, _, kw in announced if name == "run_skipped"] == [
+        ("run_skipped", skipped.pk)
+    ]
+    assert "overlap" in announced[-1][2]["reason"]
+
+
+def test_nothing_is_announced_when_the_pass_rolls_back(announced, monkeypatch):
+    minutely(misfire="skip")
+
+    def fail(*args, **kwargs):
+        raise RuntimeError("the cluster event could not be written")
+
+    monkeypatch.setattr(catchup, "_record", fail)
+    with pytest.raises(RuntimeError):
+        catch_up(fake_node(), NOW)
+    assert announced == [] and not JobRun.objects.filter(state=RunState.MISSED).exists()
+
+
 def test_a_gap_seen_in_two_passes_is_made_up_for_once():
     # The tail of an outage becomes visible one pass later; it is covered by the first catch-up.
     job = minutely("every", last=None, overlap="allow")
@@ -318,7 +376,7 @@ def test_missed_rows_per_pass_are_bounded(monkeypatch, caplog):
     assert any("only the latest 7" in m for m in warnings)
 
 
-def test_concurrent_leaders_write_one_row_per_missed_occurrence():
+def test_concurrent_leaders_write_one_row_per_missed_occurrence(announced):
     jobs = [
         minutely(overlap="skip"),
         minutely(misfire="run_all", catch_up_limit=3, overlap="skip"),
@@ -346,6 +404,9 @@ def test_concurrent_leaders_write_one_row_per_missed_occurrence():
     expect(jobs[0], runs=GAP[-1:], missed=GAP[:-1], extra={LAST: LAST_RUN})
     expect(jobs[1], runs=GAP[-3:], missed=GAP[:-3], extra={LAST: LAST_RUN})
     expect(jobs[2], runs=[], missed=GAP, extra={LAST: LAST_RUN})
+    keys = Counter((sender, kw["key"]) for name, sender, kw in announced if name == "run_missed")
+    missed = JobRun.objects.filter(state=RunState.MISSED).values_list("job__name", "key")
+    assert sorted(keys) == sorted(missed) and set(keys.values()) == {1}, "announced twice"
 
 
 def test_each_settling_pass_leaves_one_cluster_event_and_missed_rows_name_the_leader():
