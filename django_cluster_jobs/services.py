@@ -5,6 +5,7 @@ Nothing else writes the ledger behind the protocol's back.
 
 from __future__ import annotations
 
+import logging
 import uuid
 from datetime import UTC, datetime
 from typing import Any
@@ -26,6 +27,8 @@ from .models import (
     WorkerNode,
 )
 from .registry import check_payload, registry
+
+logger = logging.getLogger(__name__)
 
 #: ``paused_until`` of a job paused with no end (until resumed).
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
@@ -98,7 +101,16 @@ def enqueue(
             if created:
                 transaction.on_commit(get_coordinator(using).notify_pending, using=using)
     except IntegrityError:  # a concurrent caller with the same key won the insert
-        run = JobRun.objects.using(using).get(job=definition, key=run_key)
+        run, created = JobRun.objects.using(using).get(job=definition, key=run_key), False
+    if not created and run.payload != payload:
+        logger.warning(
+            "%s: a run with idempotency key %r exists (run %s); it is returned and its payload "
+            "kept, and this call's different payload is ignored",
+            name,
+            key,
+            run.pk,
+            extra={"job": name},
+        )
     return run
 
 

@@ -3,6 +3,7 @@ and how fast an idle node starts what was enqueued."""
 
 from __future__ import annotations
 
+import logging
 import os
 import statistics
 import subprocess
@@ -370,3 +371,14 @@ def test_job_enqueue_takes_an_idempotency_key_and_a_priority():
     assert again.pk == first.pk and (first.payload, first.priority) == ({"value": 1}, 9)
     later = manual.enqueue_at(first.due_at + timedelta(hours=1), value=3)
     assert later.pk != first.pk and later.due_at == first.due_at + timedelta(hours=1)
+
+
+def test_a_repeated_key_with_another_payload_is_warned_about(caplog):
+    caplog.set_level(logging.WARNING, logger="django_cluster_jobs.services")
+    first = services.enqueue("tests.manual", {"value": 1}, key="order-8")
+    assert services.enqueue("tests.manual", {"value": 1}, key="order-8").pk == first.pk
+    assert not caplog.records, "the same payload again is the normal idempotent case"
+    assert services.enqueue("tests.manual", {"value": 2}, key="order-8").pk == first.pk
+    [record] = caplog.records
+    assert "tests.manual" in record.message and "'order-8'" in record.message
+    assert JobRun.objects.get(pk=first.pk).payload == {"value": 1}
