@@ -290,14 +290,18 @@ class Firing:
         job_ids = {p.definition.pk: p for p in self.planned.values()}
         free = 0 if self.stopping else self.executor.free
         lease_until = now + timedelta(seconds=app_settings.LEASE_TTL)
+        taken: list[Won] = []
         try:
-            taken = self._take_limited(job_ids, free, now, lease_until)
-            fast = [pk for pk, p in job_ids.items() if limited(p) is None]
-            if free > len(taken) and fast:
-                taken += self.coordinator.claim_pending(
-                    self.node_id, fast, free - len(taken), now, lease_until
-                )
+            # A read first: when nothing is due, no write (on SQLite, no writer lock) at all.
             next_due = self.coordinator.next_pending_due(list(job_ids))
+            if free > 0 and next_due is not None and next_due <= now:
+                taken = self._take_limited(job_ids, free, now, lease_until)
+                fast = [pk for pk, p in job_ids.items() if limited(p) is None]
+                if free > len(taken) and fast:
+                    taken += self.coordinator.claim_pending(
+                        self.node_id, fast, free - len(taken), now, lease_until
+                    )
+                next_due = self.coordinator.next_pending_due(list(job_ids))
         except DatabaseError as exc:
             release_broken_connections()
             logger.warning(

@@ -160,3 +160,25 @@ def test_a_database_error_anywhere_in_a_tick_does_not_end_the_loop(node, monkeyp
     monkeypatch.undo()
     node.tick()
     assert not node._reload.is_set() and "tests.every_second" in node.planned
+
+
+def test_looking_for_pending_runs_writes_nothing_when_none_is_due(node):
+    """The pending-run poll reads first: an idle node takes no write lock (SQLite's writer)."""
+    from django.db import connection
+
+    from django_cluster_jobs import services
+
+    services.enqueue("tests.manual", at=node.clock.now() + timedelta(hours=1))
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        sent.append(sql.split(None, 1)[0].upper())
+        return execute(sql, params, many, context)
+
+    node.planner.clear()
+    with connection.execute_wrapper(record):
+        node.wake_pending()
+        node.tick()
+    assert sent and set(sent) == {"SELECT"}, sent
+    assert node._pending_due is not None
+    assert JobRun.objects.get(job__name="tests.manual").state == RunState.PENDING
