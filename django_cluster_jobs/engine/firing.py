@@ -291,9 +291,15 @@ class Firing:
         free = 0 if self.stopping else self.executor.free
         lease_until = now + timedelta(seconds=app_settings.LEASE_TTL)
         taken: list[Won] = []
+        # A node that polls reads first, so an idle poll writes nothing (on SQLite it takes no
+        # writer lock). A listening node looks only when notified or at a known due time, when
+        # there is most likely something to take, so it takes first.
+        listening = self.listener is not None and self.listener.healthy
         try:
-            # A read first: when nothing is due, no write (on SQLite, no writer lock) at all.
-            next_due = self.coordinator.next_pending_due(list(job_ids))
+            if listening and free > 0:
+                next_due: datetime | None = now
+            else:
+                next_due = self.coordinator.next_pending_due(list(job_ids))
             if free > 0 and next_due is not None and next_due <= now:
                 taken = self._take_limited(job_ids, free, now, lease_until)
                 fast = [pk for pk, p in job_ids.items() if limited(p) is None]

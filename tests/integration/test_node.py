@@ -163,11 +163,16 @@ def test_a_database_error_anywhere_in_a_tick_does_not_end_the_loop(node, monkeyp
 
 
 def test_looking_for_pending_runs_writes_nothing_when_none_is_due(node):
-    """The pending-run poll reads first: an idle node takes no write lock (SQLite's writer)."""
+    """The pending-run poll reads first: an idle node takes no write lock (SQLite's writer).
+
+    Every node polls on SQLite; on PostgreSQL one does while its LISTEN connection is down."""
     from django.db import connection
 
     from django_cluster_jobs import services
 
+    if node.listener is not None:
+        node.listener.stop()  # as while its LISTEN connection is down
+        assert not node.listener.healthy
     services.enqueue("tests.manual", at=node.clock.now() + timedelta(hours=1))
     sent: list[str] = []
 
