@@ -93,13 +93,18 @@ def enqueue(
         "payload": payload,
         "created_at": now,
     }
+    notify = get_coordinator(using).notify_pending
+    if not key:  # a fresh random key cannot exist yet: one INSERT, no look-up, no savepoint
+        run = JobRun.objects.using(using).create(job=definition, key=run_key, **fields)
+        transaction.on_commit(notify, using=using)
+        return run
     try:
         with transaction.atomic(using=using):
             run, created = JobRun.objects.using(using).get_or_create(
                 job=definition, key=run_key, defaults=fields
             )
             if created:
-                transaction.on_commit(get_coordinator(using).notify_pending, using=using)
+                transaction.on_commit(notify, using=using)
     except IntegrityError:  # a concurrent caller with the same key won the insert
         run, created = JobRun.objects.using(using).get(job=definition, key=run_key), False
     if not created and run.payload != payload:

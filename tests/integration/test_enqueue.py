@@ -373,6 +373,21 @@ def test_job_enqueue_takes_an_idempotency_key_and_a_priority():
     assert later.pk != first.pk and later.due_at == first.due_at + timedelta(hours=1)
 
 
+def test_an_enqueue_without_a_key_is_one_read_and_one_insert():
+    services.definition_for("tests.manual")
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        services.enqueue("tests.manual", {"value": 1})
+    kinds = [sql.split(None, 1)[0].upper() for sql in sent if "pg_notify" not in sql]
+    assert kinds == ["SELECT", "INSERT"], sent
+    assert sum("pg_notify" in sql for sql in sent) == (connection.vendor == "postgresql")
+
+
 def test_a_repeated_key_with_another_payload_is_warned_about(caplog):
     caplog.set_level(logging.WARNING, logger="django_cluster_jobs.services")
     first = services.enqueue("tests.manual", {"value": 1}, key="order-8")
