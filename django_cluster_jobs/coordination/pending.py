@@ -10,6 +10,7 @@ given ``now`` the rank orders runs exactly like ``due_at - priority * PRIORITY_A
 from __future__ import annotations
 
 from collections.abc import Callable, Collection
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
@@ -78,6 +79,37 @@ def take_pending(
     cursor.execute(sql.TAKEN_EVENTS.format(ids=", ".join(["%s"] * len(ids))), [at, *ids])
     rows = sorted(JobRun.objects.using(alias).filter(pk__in=ids), key=rank_key(aging_step()))
     return [Won(r.pk, r.job_id, r.key, r.fence, r.attempt, r.scheduled_at, r.payload) for r in rows]
+
+
+class SQLPendingMixin:
+    """``claim_pending`` through TAKE_PENDING for the coordinators with native SQL.
+
+    The class provides ``write_cursor()``: a cursor inside the write transaction its database
+    needs (PostgreSQL: a plain transaction, rows locked as taken; SQLite: the writer lock first).
+    """
+
+    alias: str
+    vendor: str
+    connection: Any
+
+    def write_cursor(self) -> AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def claim_pending(
+        self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
+    ) -> list[Won]:
+        with self.write_cursor() as cursor:
+            return take_pending(
+                cursor,
+                self.connection,
+                self.alias,
+                node,
+                job_ids,
+                limit,
+                now,
+                lease_until,
+                self.vendor,
+            )
 
 
 def ranked(due: QuerySet) -> QuerySet:

@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 
 from ..models import WorkerNode
 from . import sql
 from .base import Claim, Coordinator, Heartbeat, NodeStats, Won, json_param
-from .pending import take_pending
+from .pending import SQLPendingMixin
 
 #: First key of the two-int advisory lock space, so ours cannot collide with the application's
 #: single-bigint locks ("CJ" in ASCII).
@@ -25,7 +27,7 @@ PENDING_CHANNEL = "cluster_jobs_pending"
 VALUES_LIMIT = 8
 
 
-class PostgreSQLCoordinator(Coordinator):
+class PostgreSQLCoordinator(SQLPendingMixin, Coordinator):
     """``INSERT … ON CONFLICT DO NOTHING RETURNING`` and ``pg_advisory_xact_lock``."""
 
     vendor = "postgresql"
@@ -53,21 +55,10 @@ class PostgreSQLCoordinator(Coordinator):
             cursor.execute(query, params)
             return [Won(run_id, job_id, key) for run_id, job_id, key in cursor.fetchall()]
 
-    def claim_pending(
-        self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
-    ) -> list[Won]:
+    @contextmanager
+    def write_cursor(self) -> Iterator[Any]:
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-            return take_pending(
-                cursor,
-                self.connection,
-                self.alias,
-                node,
-                job_ids,
-                limit,
-                now,
-                lease_until,
-                self.vendor,
-            )
+            yield cursor
 
     def notify_pending(self) -> None:
         with self.connection.cursor() as cursor:

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from typing import Any
 
 from . import sql
 from .base import Claim, Coordinator, Won, dt_param, json_param
-from .pending import take_pending
+from .pending import SQLPendingMixin
 
 
 @contextmanager
@@ -29,7 +29,7 @@ def immediate(connection: Any) -> Iterator[Any]:
         cursor.execute("COMMIT")
 
 
-class SQLiteCoordinator(Coordinator):
+class SQLiteCoordinator(SQLPendingMixin, Coordinator):
     """``INSERT … ON CONFLICT DO NOTHING RETURNING`` (SQLite ≥ 3.35) in one write transaction."""
 
     vendor = "sqlite"
@@ -61,18 +61,5 @@ class SQLiteCoordinator(Coordinator):
             cursor.executemany(sql.CLAIMED_EVENT, [(w.run_id, at, node) for w in won])
         return won
 
-    def claim_pending(
-        self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
-    ) -> list[Won]:
-        with immediate(self.connection) as cursor:
-            return take_pending(
-                cursor,
-                self.connection,
-                self.alias,
-                node,
-                job_ids,
-                limit,
-                now,
-                lease_until,
-                self.vendor,
-            )
+    def write_cursor(self) -> AbstractContextManager[Any]:
+        return immediate(self.connection)
