@@ -41,14 +41,16 @@ RETURNING id, job_id, key
 
 CLAIM_VALUES = "WITH v (job_id, key, scheduled_at, outcome, priority, payload) AS (VALUES {rows})"
 
-# The same rows as one array per column (PostgreSQL), for large batches: a batch of 1000 is six
-# parameters, not 6000, and the text is the same for any size. Parameters: the six arrays.
-CLAIM_ARRAYS = """WITH v (job_id, key, scheduled_at, outcome, priority, payload) AS (
-    SELECT * FROM unnest(%s::bigint[], %s::text[], %s::timestamptz[], %s::text[], %s::integer[],
-                         %s::jsonb[]))"""
+# The same rows as one JSON document (PostgreSQL), for large batches: a batch of 1000 is one
+# parameter instead of 6000 quoted into the text, and the text is the same for any size.
+# Parameters: a JSON array of objects with the six keys below.
+CLAIM_RECORDS = """WITH v (job_id, key, scheduled_at, outcome, priority, payload) AS (
+    SELECT job_id, key, scheduled_at, outcome, priority, payload
+    FROM jsonb_to_recordset(%s::jsonb) AS r (job_id bigint, key text, scheduled_at timestamptz,
+                                             outcome text, priority integer, payload jsonb))"""
 
 # PostgreSQL: the claim and the "claimed" timeline entries in one round trip, after CLAIM_VALUES
-# or CLAIM_ARRAYS. Extra parameters after CLAIM_INSERT's: now, node.
+# or CLAIM_RECORDS. Extra parameters after CLAIM_INSERT's: now, node.
 PG_CLAIM_TAIL = f""",
 ins AS ({CLAIM_INSERT}),
 ev AS (INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
@@ -56,7 +58,7 @@ ev AS (INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
 SELECT id, job_id, key FROM ins
 """
 PG_CLAIM = CLAIM_VALUES + PG_CLAIM_TAIL
-PG_CLAIM_ARRAYS = CLAIM_ARRAYS + PG_CLAIM_TAIL
+PG_CLAIM_RECORDS = CLAIM_RECORDS + PG_CLAIM_TAIL
 
 # SQLite: the claim alone; its events follow in the same write transaction.
 SQLITE_CLAIM = CLAIM_VALUES + "\n" + CLAIM_INSERT
