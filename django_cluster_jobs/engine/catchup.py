@@ -29,8 +29,8 @@ chore pass the leader finds those occurrences and settles each one once, by the 
 - ``run_all``: the most recent ``catch_up_limit`` that may still run become pending catch-up runs,
   without a lane (several may wait); they are taken in due order.
 - Every other missed occurrence gets a row with state and outcome ``missed``, the leader as node
-  and a reason saying why it did not run: at most ``MISSED_ROWS_LIMIT`` per job per pass, the most
-  recent; a warning counts the rest. Each pass that settles anything adds one ``caught_up``
+  and a reason saying why it did not run: at most ``misfire.MISSED_ROWS_LIMIT`` per job per pass,
+  the most recent; a warning counts the rest. Each pass that settles anything adds one ``caught_up``
   cluster event.
 
 Every row goes through the claim gate, inserted with the occurrence's own (job, key), a conflict
@@ -45,14 +45,14 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from django.db import transaction
 from django.db.models import Max, Min, Q
 
 from .. import signals
 from ..conf import app_settings
-from ..coordination.base import enabled_job_ids, takes_lane
+from ..coordination.base import enabled_job_ids
 from ..models import (
     ClusterEvent,
     ClusterEventKind,
@@ -66,6 +66,7 @@ from ..models import (
     WorkerNode,
 )
 from ..schedules import occurrence_key
+from . import misfire
 from .firing import MISFIRE_GRACE
 from .planner import Planned
 
@@ -76,8 +77,6 @@ logger = logging.getLogger(__name__)
 
 #: Most occurrences of one job examined in one pass (the most recent ones).
 SCAN_LIMIT = 10_000
-#: Most "missed" rows written for one job in one pass (the most recent ones).
-MISSED_ROWS_LIMIT = 1_000
 #: Shortest look-back of a leader that has not checked a job yet.
 MIN_LOOKBACK = timedelta(minutes=1)
 #: Rows that stand for a scheduled occurrence (a fresh leader starts after the latest).
@@ -114,16 +113,6 @@ class Scan:
     @property
     def job_id(self) -> int:
         return self.planned.definition.pk
-
-
-@dataclass
-class Plan:
-    """What one pass does for one job: occurrences to run now, and missed ones with reasons."""
-
-    planned: Planned
-    runs: list[datetime] = field(default_factory=list)
-    missed: list[tuple[datetime, str]] = field(default_factory=list)
-    dropped: int = 0
 
 
 def catch_up(node: Node, now: datetime) -> int:
@@ -275,7 +264,7 @@ def existing(alias: str, spans: Sequence[tuple[int, datetime, datetime]]) -> Row
     return found
 
 
-def _plans(alias: str, scans: list[Scan], now: datetime) -> list[Plan]:
+def _plans(alias: str, scans: list[Scan], now: datetime) -> list[misfire.Plan]:
     present = existing(alias, [(s.job_id, s.occurrences[0], s.occurrences[-1]) for s in scans])
     missing = {
         s.job_id: [at for at in s.occurrences if (s.job_id, occurrence_key(at)) not in present]
@@ -288,7 +277,7 @@ def _plans(alias: str, scans: list[Scan], now: datetime) -> list[Plan]:
     ]
     queued = _last_catch_up(alias, runnable)
     return [
-        decide(s.planned, missing[s.job_id], now, queued.get(s.job_id))
+        misfire.decide(s.planned, missing[s.job_id], now, queued.get(s.job_id))
         for s in scans
         if missing[s.job_id]
     ]
@@ -308,80 +297,9 @@ def _last_catch_up(alias: str, job_ids: list[int]) -> dict[int, datetime]:
     return {row["job_id"]: row["last"] for row in rows}
 
 
-def decide(
-    planned: Planned, missing: list[datetime], now: datetime, queued: datetime | None = None
-) -> Plan:
-    """Apply the job's window and misfire policy to its missed occurrences (oldest first);
-    ``queued`` is when its latest catch-up was written, if any."""
-    definition = planned.definition
-    window = definition.catch_up_window
-    plan, candidates = Plan(planned), []
-    for at in missing:
-        if window is not None and at < now - window:
-            plan.missed.append((at, f"older than the catch-up window ({window})"))
-        elif queued is not None and at <= queued:
-            plan.missed.append((at, f"due before the catch-up queued at {occurrence_key(queued)}"))
-        else:
-            candidates.append(at)
-    limit = {Misfire.FIRE_ONCE: 1, Misfire.RUN_ALL: definition.catch_up_limit}.get(
-        definition.misfire, 0
-    )
-    split = max(0, len(candidates) - limit)
-    plan.runs = candidates[split:]
-    if split:
-        reason = _not_run(definition, plan.runs)
-        plan.missed = sorted(plan.missed + [(at, reason) for at in candidates[:split]])
-    plan.dropped = max(0, len(plan.missed) - MISSED_ROWS_LIMIT)
-    plan.missed = plan.missed[plan.dropped :]
-    return plan
-
-
-def _not_run(definition: JobDefinition, runs: list[datetime]) -> str:
-    if definition.misfire == Misfire.FIRE_ONCE and runs:
-        return f"fire_once runs only the latest missed occurrence ({occurrence_key(runs[-1])})"
-    if definition.misfire == Misfire.RUN_ALL:
-        return f"run_all runs only the latest {definition.catch_up_limit} missed occurrence(s)"
-    return "the misfire policy is skip"
-
-
-def _rows(plan: Plan, now: datetime, leader: str) -> list[JobRun]:
-    definition = plan.planned.definition
-    lane = None
-    if definition.misfire == Misfire.FIRE_ONCE and takes_lane(definition, Outcome.CATCH_UP):
-        lane = definition.pk
-    rows = [
-        _row(definition, at, now, f"no node fired it in time; {why}", node=leader, finished_at=now)
-        for at, why in plan.missed
-    ]
-    for at in plan.runs:
-        reason = f"catch-up ({definition.misfire}): no node fired it in time"
-        rows.append(_row(definition, at, now, reason, state=RunState.PENDING, lane=lane))
-    return sorted(rows, key=lambda row: row.scheduled_at)
-
-
-def _row(
-    definition: JobDefinition, at: datetime, now: datetime, reason: str, **fields: Any
-) -> JobRun:
-    """A missed row, or with ``state=RunState.PENDING`` a catch-up run due now."""
-    pending = fields.get("state") == RunState.PENDING
-    fields.setdefault("state", RunState.MISSED)
-    return JobRun(
-        job_id=definition.pk,
-        key=occurrence_key(at),
-        scheduled_at=at,
-        due_at=now if pending else at,
-        outcome=Outcome.CATCH_UP if pending else Outcome.MISSED,
-        created_at=now,
-        reason=reason[:200],
-        payload=dict(definition.payload or {}),
-        priority=definition.priority,
-        **fields,
-    )
-
-
-def _write(node: Node, alias: str, plans: list[Plan], now: datetime) -> list[JobRun]:
+def _write(node: Node, alias: str, plans: list[misfire.Plan], now: datetime) -> list[JobRun]:
     """Insert through the claim gate; return the rows this pass wrote."""
-    rows = [row for plan in plans for row in _rows(plan, now, node.node_id)]
+    rows = [row for plan in plans for row in misfire.rows_of(plan, now, node.node_id)]
     if not rows:
         return []
     JobRun.objects.using(alias).bulk_create(rows, ignore_conflicts=True)
@@ -391,7 +309,7 @@ def _write(node: Node, alias: str, plans: list[Plan], now: datetime) -> list[Job
     after = existing(alias, [(job_id, *span) for job_id, span in spans.items()])
     written = [r for r in rows if after.get((r.job_id, r.key)) == (r.state, r.outcome, now)]
     # A catch-up run that left no row at all lost to a live run holding the job's lane.
-    blocked = [_overlapped(r, node.node_id) for r in rows if (r.job_id, r.key) not in after]
+    blocked = [misfire.overlapped(r, node.node_id) for r in rows if (r.job_id, r.key) not in after]
     if blocked:
         JobRun.objects.using(alias).bulk_create(blocked, ignore_conflicts=True)
     if any(r.state == RunState.PENDING for r in written):
@@ -399,14 +317,8 @@ def _write(node: Node, alias: str, plans: list[Plan], now: datetime) -> list[Job
     return written + blocked
 
 
-def _overlapped(row: JobRun, leader: str) -> JobRun:
-    row.state, row.lane, row.node, row.finished_at = RunState.SKIPPED, None, leader, row.created_at
-    row.reason = "catch-up skipped: a run of this job is still pending or running (overlap skip)"
-    return row
-
-
 def _record(
-    node: Node, alias: str, plans: list[Plan], written: list[JobRun], now: datetime, fence
+    node: Node, alias: str, plans: list[misfire.Plan], written: list[JobRun], now: datetime, fence
 ) -> None:
     """Log what each job's settlement did and add one cluster event for the whole pass."""
     counts = Counter((row.job_id, row.state) for row in written)
@@ -428,7 +340,7 @@ def _record(
                 "%s: %d more missed occurrence(s) not recorded (at most %d rows per pass)",
                 name,
                 plan.dropped,
-                MISSED_ROWS_LIMIT,
+                misfire.MISSED_ROWS_LIMIT,
                 extra={"node": node.node_id, "job": name},
             )
             line += f", {plan.dropped} more missed and not recorded"
@@ -444,7 +356,7 @@ def _record(
 
 
 def _announce(
-    node: Node, alias: str, plans: list[Plan], written: list[JobRun], now: datetime
+    node: Node, alias: str, plans: list[misfire.Plan], written: list[JobRun], now: datetime
 ) -> None:
     """Send ``run_missed`` and ``run_skipped`` for the rows this pass wrote, once committed.
 

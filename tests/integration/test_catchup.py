@@ -15,7 +15,7 @@ from django.db import connections
 from django_cluster_jobs import signals
 from django_cluster_jobs.conf import app_settings
 from django_cluster_jobs.coordination import get_coordinator
-from django_cluster_jobs.engine import catchup
+from django_cluster_jobs.engine import catchup, misfire
 from django_cluster_jobs.engine.catchup import catch_up, lookback, settled_until
 from django_cluster_jobs.engine.firing import MISFIRE_GRACE
 from django_cluster_jobs.engine.planner import load_planned
@@ -361,7 +361,7 @@ def test_a_freshly_started_cluster_is_settled_in_one_pass():
 
 
 def test_missed_rows_per_pass_are_bounded(monkeypatch, caplog):
-    monkeypatch.setattr(catchup, "MISSED_ROWS_LIMIT", 5)
+    monkeypatch.setattr(misfire, "MISSED_ROWS_LIMIT", 5)
     monkeypatch.setattr(catchup, "SCAN_LIMIT", 7)
     job = minutely(misfire="skip")
     log = logging.getLogger(catchup.__name__)
