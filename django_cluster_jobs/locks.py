@@ -111,7 +111,13 @@ def _renew(using: str, held: Held, ttl: float, stop: threading.Event, handle: Lo
             try:
                 now = _now(using)
                 renewed = leases.acquire(
-                    using, held.name, held.holder, held.token, now, timedelta(seconds=ttl)
+                    using,
+                    held.name,
+                    held.holder,
+                    held.token,
+                    now,
+                    timedelta(seconds=ttl),
+                    previous=held,
                 )
             except DatabaseError:
                 if datetime.now(UTC) >= expires_at:

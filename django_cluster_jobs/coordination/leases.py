@@ -44,13 +44,26 @@ def _ensure(alias: str, name: str) -> None:
 
 
 def acquire(
-    alias: str, name: str, holder: str, token: str, now: datetime, ttl: timedelta
+    alias: str,
+    name: str,
+    holder: str,
+    token: str,
+    now: datetime,
+    ttl: timedelta,
+    previous: Held | None = None,
 ) -> Held | None:
-    """Renew the lease if ``token`` holds it, else take it if free or expired; None if held."""
+    """Renew the lease if ``token`` holds it, else take it if free or expired; None if held.
+
+    ``previous`` is what the last successful call returned for this token: a renewal then needs
+    no re-read, since only this token's holder writes this token and the fence changes only when
+    the holder does (which goes through the other branch).
+    """
     _ensure(alias, name)
     leases = Lease.objects.using(alias).filter(name=name)
     until = now + ttl
     if leases.filter(token=token, expires_at__gt=now).update(expires_at=until):
+        if previous is not None and previous.token == token and previous.name == name:
+            return Held(name, previous.holder, token, previous.fence, until, acquired=False)
         return _held(alias, name, token, acquired=False)
     free = Q(expires_at__isnull=True) | Q(expires_at__lte=now)
     if leases.filter(free).update(
@@ -59,7 +72,7 @@ def acquire(
         return _held(alias, name, token, acquired=True)
     if (alias, name) in _EXISTING and not leases.exists():  # the row was deleted: recreate
         _EXISTING.discard((alias, name))
-        return acquire(alias, name, holder, token, now, ttl)
+        return acquire(alias, name, holder, token, now, ttl)  # no previous: it was lost
     return None
 
 

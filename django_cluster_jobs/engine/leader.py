@@ -43,7 +43,9 @@ class Leader:
         ttl = timedelta(seconds=app_settings.LEADER_TTL)
         # One transaction: a change of leader and its record are committed together.
         with transaction.atomic(using=self.alias):
-            held = leases.acquire(self.alias, LEADER, self.node.node_id, self.token, now, ttl)
+            held = leases.acquire(
+                self.alias, LEADER, self.node.node_id, self.token, now, ttl, previous=self.held
+            )
             if held is not None and held.acquired:
                 self._record(ClusterEventKind.LEADER_ACQUIRED, held.fence, now, "became leader")
             elif held is None and self.held is not None:

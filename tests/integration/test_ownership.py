@@ -30,6 +30,7 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 T0 = datetime(2026, 5, 28, 9, 0, tzinfo=UTC)
 TTL = timedelta(seconds=10)
+SECOND = timedelta(seconds=1)
 
 
 def test_lease_acquire_renew_and_take_over_bump_the_fence_only_on_a_new_holder():
@@ -41,6 +42,27 @@ def test_lease_acquire_renew_and_take_over_bump_the_fence_only_on_a_new_holder()
     b = leases.acquire("default", "leader", "b", "tb", T0 + timedelta(seconds=16), TTL)
     assert b.acquired and b.fence == 2 and b.holder == "b"
     assert leases.acquire("default", "leader", "a", "ta", T0 + timedelta(seconds=17), TTL) is None
+
+
+def test_a_renewal_from_the_previous_hold_is_one_update_and_keeps_the_fence():
+    from django.db import connection
+
+    a = leases.acquire("default", "leader", "a", "ta", T0, TTL)
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        sent.append(sql.split(None, 1)[0].upper())
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        renewed = leases.acquire("default", "leader", "a", "ta", T0 + 5 * SECOND, TTL, previous=a)
+    assert sent == ["UPDATE"]
+    assert (renewed.fence, renewed.holder, renewed.acquired) == (1, "a", False)
+    assert renewed.expires_at == T0 + 5 * SECOND + TTL == Lease.objects.get().expires_at
+    # Lost and taken back: the other branch, a new fence, whatever ``previous`` says.
+    leases.acquire("default", "leader", "b", "tb", T0 + 16 * SECOND, TTL)
+    back = leases.acquire("default", "leader", "a", "ta", T0 + 27 * SECOND, TTL, previous=renewed)
+    assert back.acquired and back.fence == 3
 
 
 def test_a_deposed_holder_is_fenced_out_of_its_writes():
