@@ -69,11 +69,13 @@ class NodeStats:
 
 @dataclass(frozen=True)
 class Heartbeat:
-    """What a heartbeat learned: the node's status as stored and the runs it still owns."""
+    """What a heartbeat learned: the node's status as stored and the runs it still owns, and
+    the database's clock when the statement could read it (PostgreSQL) at no extra cost."""
 
     status: str
     owned_runs: frozenset[int]
     cancel_requested: frozenset[int] = frozenset()
+    db_time: datetime | None = None
 
 
 def json_param(connection: Any, value: Any) -> Any:

@@ -109,7 +109,10 @@ class PostgreSQLCoordinator(SQLPendingMixin, Coordinator):
         with conn.cursor() as cursor:
             cursor.execute(query, params)
             rows = cursor.fetchall()
-        owned = [(run_id, cancel) for _, run_id, cancel in rows if run_id is not None]
+        owned = [(run_id, cancel) for _, run_id, cancel, _ in rows if run_id is not None]
         return Heartbeat(
-            rows[0][0] or "", frozenset(r for r, _ in owned), frozenset(r for r, c in owned if c)
+            rows[0][0] or "",
+            frozenset(r for r, _ in owned),
+            frozenset(r for r, c in owned if c),
+            db_time=rows[0][3],
         )

@@ -67,7 +67,8 @@ CLAIMED_EVENT = f"""
 INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason) VALUES (%s, %s, 'claimed', %s, 1, '')
 """
 
-# PostgreSQL heartbeat: node row and every lease of its running runs in one round trip.
+# PostgreSQL heartbeat: node row and every lease of its running runs in one round trip, with the
+# database's clock for the node's offset measurement.
 # Parameters: last_heartbeat, clock_offset_ms, claims_won, claims_lost, skipped, node,
 # lease_until, node, the ids of the runs the node executes.
 PG_HEARTBEAT = f"""
@@ -80,7 +81,8 @@ WITH n AS (
     WHERE node = %s AND state = 'running' AND id = ANY(%s)
     RETURNING id, cancel_requested
 )
-SELECT (SELECT status FROM n), r.id, r.cancel_requested FROM (SELECT 1) AS one LEFT JOIN r ON true
+SELECT (SELECT status FROM n), r.id, r.cancel_requested, clock_timestamp()
+FROM (SELECT 1) AS one LEFT JOIN r ON true
 """
 
 # Take due pending runs in rank order (see *_PENDING_ORDER). {lock} is FOR UPDATE SKIP LOCKED on

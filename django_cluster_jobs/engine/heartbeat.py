@@ -32,6 +32,9 @@ class HeartbeatThread(threading.Thread):
         self._halt = threading.Event()
         self._version: Any = None
         self._lost: set[int] = set()
+        #: True once the heartbeat statement itself returns the database's clock (PostgreSQL):
+        #: the offset is then measured on that round trip instead of a separate SELECT.
+        self._clock_from_heartbeat = False
 
     def run(self) -> None:
         try:
@@ -48,7 +51,8 @@ class HeartbeatThread(threading.Thread):
     def beat(self) -> None:
         """Measure the clock offset, renew the node and its leases, notice changes, lead."""
         try:
-            self._measure()
+            if not self._clock_from_heartbeat:
+                self._measure()
             self._renew()
             self._watch_definitions()
             self.node.leader.beat()
@@ -62,9 +66,12 @@ class HeartbeatThread(threading.Thread):
         clock = self.node.clock
         sent = clock.local()
         db_time = self.node.coordinator.db_now()
-        if db_time is None:
-            return
-        clock.observe(sent, db_time, clock.local())
+        if db_time is not None:
+            self._observe(sent, db_time, clock.local())
+
+    def _observe(self, sent: datetime, db_time: datetime, received: datetime) -> None:
+        clock = self.node.clock
+        clock.observe(sent, db_time, received)
         if abs(clock.offset) > SKEW_WARNING:
             logger.warning(
                 "node %s clock differs from the database's by %.3fs; using the database's",
@@ -80,9 +87,13 @@ class HeartbeatThread(threading.Thread):
         offset_ms = node.clock.offset.total_seconds() * 1000
         started = time.monotonic()
         running = {active.won.run_id for active in node.runner.snapshot()}
+        sent = node.clock.local()
         beat = node.coordinator.heartbeat(
             node.node_id, now, lease_until, node.counters.snapshot(offset_ms), running
         )
+        if beat.db_time is not None:
+            self._observe(sent, beat.db_time, node.clock.local())
+            self._clock_from_heartbeat = True
         if beat.status == NodeStatus.DRAINING and not node.stopping:
             node.request_stop(reason="drain requested")
         elif beat.status == NodeStatus.DEAD:

@@ -278,6 +278,22 @@ def test_heartbeat_renews_only_the_leases_of_runs_this_node_executes(coordinator
     )
 
 
+def test_a_postgresql_heartbeat_brings_the_database_clock_back(coordinator):
+    """The native PostgreSQL heartbeat reads the clock in its own statement; others do not."""
+    from django_cluster_jobs.coordination import NodeStats
+    from tests.factories import WorkerNodeFactory
+
+    WorkerNodeFactory(node_id="a")
+    before = datetime.now(UTC)
+    beat = coordinator.heartbeat("a", NOW, LEASE, NodeStats(0, 0, 0, {}), [])
+    if coordinator.vendor == "postgresql":
+        # One machine: the database's clock is this one, within the round trip and a margin.
+        margin = timedelta(seconds=1)
+        assert before - margin <= beat.db_time <= datetime.now(UTC) + margin
+    else:
+        assert beat.db_time is None
+
+
 def test_db_now_is_the_database_clock(coordinator):
     from tests.factories import WorkerNodeFactory
 
