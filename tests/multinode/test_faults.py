@@ -40,6 +40,49 @@ def two_nodes(start_scheduler, **env):
     return {n: start_scheduler(n, "--duration", "40", **env) for n in ("x", "y")}
 
 
+def pause_between_writes(node, run: JobRun) -> None:
+    """SIGSTOP ``node`` at an instant it holds no lock another node needs to take ``run`` over.
+
+    A process paused inside a write transaction keeps its locks until it resumes: on SQLite the
+    database's only writer lock, on PostgreSQL the rows it was updating (its runs' leases, the
+    leader lease). Nobody can take those over meanwhile; that is how both databases work, and the
+    operations guide says so. This test is about fencing a paused owner, so it pauses the node
+    between two of its transactions, letting it run on for a moment when a pause landed inside one.
+    """
+    for _ in range(50):
+        node.signal(signal.SIGSTOP)
+        if _takeover_locks_free(run):
+            return
+        node.signal(signal.SIGCONT)
+        time.sleep(0.02)
+    pytest.fail("could not pause the node between two of its write transactions")
+
+
+def _takeover_locks_free(run: JobRun) -> bool:
+    if connection.vendor == "sqlite":
+        import sqlite3
+
+        db = sqlite3.connect(connection.settings_dict["NAME"], timeout=1.0, isolation_level=None)
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute("ROLLBACK")
+            return True
+        except sqlite3.OperationalError:  # "database is locked": the paused node holds it
+            return False
+        finally:
+            db.close()
+    from django.db import DatabaseError, transaction
+
+    try:
+        with transaction.atomic():
+            for rows in (JobRun.objects.filter(pk=run.pk), Lease.objects.all(), WorkerNode.objects):
+                list(rows.select_for_update(nowait=True).values_list("pk", flat=True))
+            transaction.set_rollback(True)
+    except DatabaseError:  # a row lock held by the paused node
+        return False
+    return True
+
+
 def kinds(run: JobRun) -> list[str]:
     return list(run.events.values_list("kind", flat=True))
 
@@ -89,7 +132,7 @@ def test_paused_owner_is_fenced_out_when_it_wakes(start_scheduler):
     owner = wait_until(lambda: running_on(run), 30)
     owner_fence = JobRun.objects.get(pk=run.pk).fence
     other = "y" if owner == "x" else "x"
-    nodes[owner].signal(signal.SIGSTOP)
+    pause_between_writes(nodes[owner], run)
     try:
         wait_until(lambda: JobRun.objects.filter(pk=run.pk, node=other, attempt=2).exists(), 30)
     finally:
