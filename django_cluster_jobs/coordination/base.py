@@ -146,6 +146,11 @@ class Coordinator(OwnershipMixin, PolicyMixin):
             won = self.claim([Claim(job_id, key, now)], node, now, lease_until)
         return WindowResult(won=won[0] if won else None, next_check=None if won else now + recheck)
 
+    def bound_lock_waits(self, seconds: float) -> None:
+        """Make statements of the current transaction give up after waiting ``seconds`` for a
+        row lock (PostgreSQL), instead of waiting for as long as its holder keeps it; elsewhere
+        the database's own busy timeout applies."""
+
     def lock_job(self, job_id: int) -> None:
         """Serialise window claims of one job until the transaction ends."""
         jobs = JobDefinition.objects.using(self.alias).filter(pk=job_id)

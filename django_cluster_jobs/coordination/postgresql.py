@@ -75,6 +75,10 @@ class PostgreSQLCoordinator(SQLPendingMixin, Coordinator):
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, '')", [PENDING_CHANNEL])
 
+    def bound_lock_waits(self, seconds: float) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT set_config('lock_timeout', %s, true)", [f"{seconds * 1000:.0f}"])
+
     def lock_job(self, job_id: int) -> None:
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT pg_advisory_xact_lock(%s, %s)", [ADVISORY_CLASS, job_id])

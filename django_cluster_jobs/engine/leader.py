@@ -43,6 +43,7 @@ class Leader:
         ttl = timedelta(seconds=app_settings.LEADER_TTL)
         # One transaction: a change of leader and its record are committed together.
         with transaction.atomic(using=self.alias):
+            self._bound_lock_waits()
             held = leases.acquire(
                 self.alias, LEADER, self.node.node_id, self.token, now, ttl, previous=self.held
             )
@@ -66,6 +67,7 @@ class Leader:
             return False
         coordinator = self.node.coordinator
         with transaction.atomic(using=self.alias):
+            self._bound_lock_waits()
             if not leases.still_held(self.alias, held, now):
                 logger.warning(
                     "deposed: leader chores of %s with fence %s rejected",
@@ -84,6 +86,12 @@ class Leader:
             self._record_chores(now, held.fence, reaped, purged)
         self._log(reaped, dead, purged)
         return True
+
+    def _bound_lock_waits(self) -> None:
+        """Fail this beat rather than wait on a row lock held by a frozen process (the leader
+        lease, or a run lease to reap): the heartbeat thread must come back to renew this node's
+        own leases, and the next beat tries again."""
+        self.node.coordinator.bound_lock_waits(max(0.2, app_settings.HEARTBEAT_INTERVAL / 2))
 
     def _record_chores(self, now: datetime, fence: int, reaped: int, purged: int) -> None:
         done = [

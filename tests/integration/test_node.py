@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from datetime import timedelta
 
 import pytest
-from django.db import OperationalError
+from django.db import OperationalError, transaction
 
 from django_cluster_jobs.coordination import get_coordinator
 from django_cluster_jobs.engine import Node
@@ -187,3 +188,38 @@ def test_looking_for_pending_runs_writes_nothing_when_none_is_due(node):
     assert sent and set(sent) == {"SELECT"}, sent
     assert node._pending_due is not None
     assert JobRun.objects.get(job__name="tests.manual").state == RunState.PENDING
+
+
+@pytest.mark.postgresql
+def test_a_leader_beat_gives_up_on_a_lease_row_a_frozen_process_holds(node):
+    """A row lock held by a process frozen mid-transaction must not stall the heartbeat thread,
+    which has to come back to renew this node's own leases."""
+    from django.db import DatabaseError, connections
+
+    from django_cluster_jobs.models import Lease
+
+    node.leader.beat()  # the lease row exists and this node leads
+    locked, release = threading.Event(), threading.Event()
+
+    def frozen_holder() -> None:
+        try:
+            with transaction.atomic():
+                list(Lease.objects.select_for_update().filter(name="leader").values_list("pk"))
+                locked.set()
+                release.wait(30)
+        finally:
+            connections.close_all()
+
+    holder = threading.Thread(target=frozen_holder)
+    holder.start()
+    try:
+        assert locked.wait(10)
+        started = time.monotonic()
+        with pytest.raises(DatabaseError):
+            node.leader.beat()
+        assert time.monotonic() - started < 5, "the beat waited on the lock"
+    finally:
+        release.set()
+        holder.join(10)
+    node.leader.beat()  # the lock is gone: the next beat goes through
+    assert node.leader.held is not None
