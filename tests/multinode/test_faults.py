@@ -46,7 +46,7 @@ def pause_between_writes(node, run: JobRun) -> None:
     A process paused inside a write transaction keeps its locks until it resumes: on SQLite the
     database's only writer lock, on PostgreSQL the rows it was updating (its runs' leases, the
     leader lease). Nobody can take those over meanwhile; that is how both databases work, and the
-    operations guide says so. This test is about fencing a paused owner, so it pauses the node
+    guarantees page says so. This test is about fencing a paused owner, so it pauses the node
     between two of its transactions, letting it run on for a moment when a pause landed inside one.
     """
     for _ in range(50):
