@@ -23,6 +23,13 @@ def seconds(job: str) -> list:
     return sorted(JobRun.objects.filter(job__name=job).values_list("scheduled_at", flat=True))
 
 
+def ledger_of(job: str) -> str:
+    """The job's rows, for failure messages."""
+    fields = ("key", "state", "outcome", "node", "reason")
+    runs = JobRun.objects.filter(job__name=job).order_by("scheduled_at").values_list(*fields)
+    return "\n".join(" ".join(map(str, run)) for run in runs)
+
+
 def assert_contiguous(instants: list, step: timedelta) -> None:
     gaps = [(a, b) for a, b in itertools.pairwise(instants) if b - a != step]
     assert not gaps, f"missed or doubled occurrences between {gaps}"
@@ -37,8 +44,9 @@ def test_three_nodes_run_each_occurrence_exactly_once(start_scheduler):
     assert len(every) >= 7
     assert_contiguous(every, timedelta(seconds=1))
     effects = Effect.objects.filter(job="tests.every_second")
-    assert effects.count() == len(every) == len(set(effects.values_list("key", flat=True)))
-    assert set(JobRun.objects.values_list("state", flat=True)) == {RunState.SUCCEEDED}
+    ledger = ledger_of("tests.every_second") + "\n" + "\n".join(n.output() for n in nodes)
+    assert effects.count() == len(every) == len(set(effects.values_list("key", flat=True))), ledger
+    assert set(JobRun.objects.values_list("state", flat=True)) == {RunState.SUCCEEDED}, ledger
     assert (
         len(
             set(
