@@ -52,7 +52,7 @@ class HeartbeatThread(threading.Thread):
         """Measure the clock offset, renew the node and its leases, notice changes, lead."""
         try:
             if not self._clock_from_heartbeat:
-                self._measure()
+                self.measure()
             self._renew()
             self._watch_definitions()
             self.node.leader.beat()
@@ -62,7 +62,8 @@ class HeartbeatThread(threading.Thread):
             )
             release_broken_connections()
 
-    def _measure(self) -> None:
+    def measure(self) -> None:
+        """Measure this node's clock offset to the database's with one ``SELECT``."""
         clock = self.node.clock
         sent = clock.local()
         db_time = self.node.coordinator.db_now()

@@ -7,6 +7,7 @@ import os
 import queue
 import socket
 import threading
+import time
 from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 
@@ -77,6 +78,7 @@ class Node(Firing):
         self._pending_due: datetime | None = None
         self._pending_blocked = False
         self._collected_until: datetime | None = None
+        self._registered = time.monotonic()
         self.heartbeat = HeartbeatThread(self)
         self.leader = Leader(self)
         self.listener = self._make_listener()
@@ -118,6 +120,9 @@ class Node(Firing):
     def start(self) -> None:
         """Register, copy the code registry to the database, beat once, start the threads."""
         self.register()
+        # The clock first: the node's start and its first plan are instants in cluster time.
+        self.heartbeat.measure()
+        self._mark_started()
         sync_definitions(self.registry, self.coordinator.alias)
         self.heartbeat.prime()
         self.reload()
@@ -188,6 +193,7 @@ class Node(Firing):
             )
 
     def register(self) -> None:
+        self._registered = time.monotonic()
         now = self.clock.now()
         WorkerNode.objects.using(self.coordinator.alias).update_or_create(
             node_id=self.node_id,
@@ -202,6 +208,20 @@ class Node(Firing):
                 "stopped_at": None,
             },
         )
+
+    def _mark_started(self) -> None:
+        """Plan from the moment this node registered, in cluster time, and store that moment.
+
+        The leader's catch-up leaves every occurrence after a live node's ``started_at`` to the
+        nodes, so the first plan must collect everything after it, including what falls due while
+        the node loads its definitions; a clock found to be off corrects the stored start.
+        """
+        started = self.clock.now() - timedelta(seconds=time.monotonic() - self._registered)
+        self._collected_until = started
+        if self.clock.offset:
+            WorkerNode.objects.using(self.coordinator.alias).filter(node_id=self.node_id).update(
+                started_at=started, last_heartbeat=started
+            )
 
     def _set_status(self, status: str, *, stopped: bool = False) -> None:
         offset_ms = self.clock.offset.total_seconds() * 1000

@@ -223,3 +223,31 @@ def test_a_leader_beat_gives_up_on_a_lease_row_a_frozen_process_holds(node):
         holder.join(10)
     node.leader.beat()  # the lock is gone: the next beat goes through
     assert node.leader.held is not None
+
+
+@pytest.mark.parametrize("minutes", [-5, 5])
+def test_a_node_whose_clock_is_off_starts_and_plans_in_cluster_time(minutes):
+    """Its start is stored, and its first plan made, on the database's clock, so it fires the
+    occurrences after its start: none from minutes before, none left to the leader's catch-up."""
+    from datetime import UTC, datetime
+
+    from django_cluster_jobs.engine import Clock
+    from django_cluster_jobs.models import WorkerNode
+
+    JobDefinition.objects.filter(name="tests.every_second").update(enabled=True)
+    before = datetime.now(UTC)
+    node = Node("skewed", clock=Clock(skew=timedelta(minutes=minutes)), threads=2)
+    node.start()
+    try:
+        after = datetime.now(UTC)
+        started = WorkerNode.objects.get(node_id="skewed").started_at
+        margin = timedelta(seconds=2)  # the database's clock is this machine's
+        assert before - margin <= started <= after + margin
+        every_second = node.planned["tests.every_second"].schedule
+        due = sorted(
+            at for at, name in node.planner.pop_due(after + margin) if name == "tests.every_second"
+        )
+        assert due and due[0] == every_second.next_after(node._collected_until)
+        assert abs(node._collected_until - started) < timedelta(milliseconds=50)
+    finally:
+        node.stop()
