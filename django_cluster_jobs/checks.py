@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.core import checks
@@ -152,33 +152,6 @@ def _settings_readable() -> bool:
         return not _value_errors()
     except ImproperlyConfigured:
         return False
-
-
-@checks.register()
-def check_retention(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """cluster_jobs.W001: retention is shorter than twice a job's interval or catch-up window."""
-    if not _settings_readable():
-        return []
-    from .registry import registry
-
-    keep = timedelta(days=app_settings.RETENTION_DAYS)
-    warnings = []
-    for declared in registry:
-        span = max(
-            declared.schedule.longest_gap() or timedelta(0),
-            declared.catch_up_window or timedelta(0),
-        )
-        if keep < 2 * span:
-            warnings.append(
-                checks.Warning(
-                    f"Job {declared.name!r}: RETENTION_DAYS ({app_settings.RETENTION_DAYS:g}) is "
-                    f"shorter than twice its interval or catch-up window ({span}).",
-                    hint=f"Set CLUSTER_JOBS['RETENTION_DAYS'] to at least "
-                    f"{2 * span / timedelta(days=1):g}; the leader keeps runs that long anyway.",
-                    id="cluster_jobs.W001",
-                )
-            )
-    return warnings
 
 
 @checks.register()

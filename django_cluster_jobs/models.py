@@ -97,6 +97,21 @@ class JobDefinition(models.Model):
     enabled = models.BooleanField(default=True)
     paused_until = models.DateTimeField(null=True, blank=True)
     pause_reason = models.CharField(max_length=200, blank=True)
+    settled_through = models.DateTimeField(
+        editable=False,
+        help_text=_(
+            "Cluster time up to which every occurrence is decided (claimed, recorded missed, or "
+            "not due); claims of occurrences at or before it are refused."
+        ),
+    )
+    revision = models.PositiveIntegerField(
+        default=0,
+        editable=False,
+        help_text=_(
+            "Bumped by every change of what is due; claims planned from an older revision are "
+            "refused, so occurrences after a change follow the new definition only."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -115,6 +130,17 @@ class JobDefinition(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def save(self, *args, **kwargs) -> None:
+        """Save; a new job, or a change of what is due, also moves ``settled_through``.
+
+        A change settles the job's occurrences up to now under the definition as stored, then
+        moves the mark to now, in one transaction (see ``ledger.changes``): occurrences before
+        a change follow the old definition, later ones the new.
+        """
+        from .ledger.changes import save_definition
+
+        save_definition(self, super().save, *args, **kwargs)
 
     def get_schedule(self) -> schedules.Schedule:
         """Return this definition's schedule object."""
@@ -270,6 +296,7 @@ class EventKind(models.TextChoices):
     DEAD_LETTERED = "dead", _("dead-lettered")
     REPLAYED = "replayed", _("replayed")
     SKIPPED = "skipped", _("skipped")
+    MISSED = "missed", _("missed")
 
 
 class RunEvent(models.Model):

@@ -12,7 +12,6 @@ from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
-from django.utils import timezone
 
 from .conf import app_settings
 from .coordination import get_coordinator
@@ -48,13 +47,12 @@ def definition_for(name: str, using: str | None = None) -> JobDefinition:
 
 
 def cluster_now(using: str | None = None) -> datetime:
-    """Return cluster time: the database's clock (this machine's before any node has started).
+    """Return cluster time: the database's clock.
 
     Callers of these services (a web process, a shell) are not nodes and do not measure their
     clock's offset, so a due time taken from their own clock would be as wrong as that clock.
     """
-    using = using or app_settings.DATABASE
-    return get_coordinator(using).db_now() or timezone.now()
+    return get_coordinator(using or app_settings.DATABASE).db_now()
 
 
 def _definition_and_now(name: str, using: str) -> tuple[JobDefinition, datetime]:
@@ -165,23 +163,30 @@ def pause(
     reason: str = "paused by an operator",
     using: str | None = None,
 ) -> bool:
-    """Stop firing a job (until ``until``, or until resumed); nodes re-plan within a heartbeat."""
-    using = using or app_settings.DATABASE
-    return bool(
-        JobDefinition.objects.using(using)
-        .filter(name=name)
-        .update(paused_until=until or FOREVER, pause_reason=reason, updated_at=timezone.now())
-    )
+    """Stop firing a job (until ``until``, or until resumed); nodes re-plan within a heartbeat.
+
+    Occurrences due before the pause are settled as they stand; none during it is ever run or
+    recorded (see docs/explanation/settled-through.md).
+    """
+    return _change(name, using, paused_until=until or FOREVER, pause_reason=reason)
 
 
 def resume(name: str, using: str | None = None) -> bool:
-    """Resume a paused job (also a breaker-opened one) at once."""
+    """Resume a paused job (also a breaker-opened one) at once; nothing from the pause runs."""
+    return _change(name, using, paused_until=None, pause_reason="")
+
+
+def _change(name: str, using: str | None, **fields: Any) -> bool:
+    """Change a job's definition through ``save()``, which settles it and moves its mark."""
     using = using or app_settings.DATABASE
-    return bool(
-        JobDefinition.objects.using(using)
-        .filter(name=name)
-        .update(paused_until=None, pause_reason="", updated_at=timezone.now())
-    )
+    with transaction.atomic(using=using):
+        row = JobDefinition.objects.using(using).filter(name=name).first()
+        if row is None:
+            return False
+        for field, value in fields.items():
+            setattr(row, field, value)
+        row.save(using=using, update_fields=[*fields, "updated_at"])
+    return True
 
 
 def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
@@ -217,8 +222,7 @@ def set_enabled(names: list[str], *, enabled: bool, using: str | None = None) ->
     using = using or app_settings.DATABASE
     with transaction.atomic(using=using):
         jobs = JobDefinition.objects.using(using).filter(name__in=names).exclude(enabled=enabled)
-        changed = list(jobs.select_for_update().values_list("name", flat=True))
-        JobDefinition.objects.using(using).filter(name__in=changed).update(
-            enabled=enabled, updated_at=timezone.now()
-        )
+        changed = list(jobs.values_list("name", flat=True))
+        for name in changed:
+            _change(name, using, enabled=enabled)
     return changed

@@ -69,7 +69,7 @@ CLUSTER_JOBS = {
     "DEAD_AFTER": env.float("CLUSTER_JOBS_DEAD_AFTER", default=4.0),
     "COORDINATION": env.str("CLUSTER_JOBS_COORDINATION", default="auto"),
     "EXECUTOR_THREADS": 4,
-    "CLOCK": "tests.clocks.EnvSkewedClock",
+    "CLOCK": env.str("CLUSTER_JOBS_TEST_CLOCK", default="tests.clocks.EnvSkewedClock"),
     "QUEUE_LIMITS": {"limited": 2},
 }
 

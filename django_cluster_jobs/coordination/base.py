@@ -26,6 +26,11 @@ class Claim:
     outcome: str = "won"
     priority: int = 0
     payload: dict = field(default_factory=dict)
+    #: True for an occurrence of the job's schedule (a slot): refused at or before the job's
+    #: ``settled_through`` mark, in a pause, or when planned from another ``revision`` of the
+    #: definition than the stored one. Startup, window and explicitly keyed external claims are not.
+    slot: bool = False
+    revision: int = 0
 
 
 @dataclass(frozen=True)
@@ -110,6 +115,9 @@ class Coordinator(OwnershipMixin, PolicyMixin):
     vendor = "orm"
     #: True where idle nodes are woken by notifications instead of polling for pending runs.
     listens = False
+    #: True where the database's clock is this host's own clock (SQLite runs in the process):
+    #: a node's offset to it is then known exactly instead of estimated from a round trip.
+    clock_is_local = False
 
     def __init__(self, alias: str) -> None:
         self.alias = alias
@@ -225,10 +233,17 @@ class Coordinator(OwnershipMixin, PolicyMixin):
 
     # -- nodes and heartbeats -----------------------------------------------------------------
 
-    def db_now(self) -> datetime | None:
-        """Return the database server's current time (aware, UTC), None if no node row exists."""
-        nodes = WorkerNode.objects.using(self.alias).annotate(db_now=Now())
-        return nodes.values_list("db_now", flat=True).first()
+    def db_now(self) -> datetime:
+        """Return the database server's current time (aware): cluster time."""
+        conn, now = self.connection, Now()
+        compiler = JobDefinition.objects.using(self.alias).query.get_compiler(self.alias)
+        sql, params = compiler.compile(now)
+        with conn.cursor() as cursor:
+            cursor.execute(f"SELECT {sql}{conn.features.bare_select_suffix}", params)
+            value = cursor.fetchone()[0]
+        for convert in conn.ops.get_db_converters(now) + now.get_db_converters(conn):
+            value = convert(value, now, conn)
+        return value
 
     def heartbeat(
         self,
@@ -236,19 +251,21 @@ class Coordinator(OwnershipMixin, PolicyMixin):
         now: datetime,
         lease_until: datetime,
         stats: NodeStats,
-        run_ids: Collection[int] = (),
+        runs: Collection[tuple[int, int]] = (),
     ) -> Heartbeat:
         """Renew the node row and the leases of the runs it is executing, in one transaction.
 
-        Only ``run_ids`` (what the node actually runs) are renewed, so a run the node claimed
-        but never started (its claim's reply was lost) expires and is taken over.
+        ``runs`` are (run id, fence) pairs of what the node actually runs: a lease is renewed
+        only under the fence the node holds, so a run claimed but never started (its claim's
+        reply was lost), or taken over meanwhile, is never renewed by this node. The answer's
+        ``owned_runs`` are those the database confirmed.
         """
         with transaction.atomic(using=self.alias):
             WorkerNode.objects.using(self.alias).filter(node_id=node).update(
                 last_heartbeat=now, **stats.fields()
             )
             runs = JobRun.objects.using(self.alias).filter(
-                node=node, state=RunState.RUNNING, pk__in=list(run_ids)
+                owned_by(runs), node=node, state=RunState.RUNNING
             )
             runs.update(lease_expires_at=lease_until)
             owned = list(runs.values_list("pk", "cancel_requested"))
@@ -273,6 +290,14 @@ class Coordinator(OwnershipMixin, PolicyMixin):
         return hash(tuple(rows.values_list("pk", "updated_at")))
 
 
+def owned_by(runs: Collection[tuple[int, int]]) -> Q:
+    """Match exactly these (run id, fence) pairs; nothing when there are none."""
+    match = Q(pk__in=[])
+    for run_id, fence in runs:
+        match |= Q(pk=run_id, fence=fence)
+    return match
+
+
 def enabled_job_ids(alias: str, job_ids: set[int], now: datetime) -> dict[int, JobDefinition]:
     """Return the definitions among ``job_ids`` that are enabled and not paused at ``now``."""
     rows = (
@@ -281,6 +306,16 @@ def enabled_job_ids(alias: str, job_ids: set[int], now: datetime) -> dict[int, J
         .filter(Q(paused_until__isnull=True) | Q(paused_until__lte=now))
     )
     return {row.pk: row for row in rows}
+
+
+def slot_refused(definition: JobDefinition, claim: Claim) -> bool:
+    """True when ``claim`` is an occurrence the job's mark already settled, or one that falls in
+    a pause; mirrors sql.SETTLED."""
+    if not claim.slot:
+        return False
+    paused = definition.paused_until is not None and claim.scheduled_at < definition.paused_until
+    stale = claim.revision != definition.revision
+    return paused or stale or claim.scheduled_at <= definition.settled_through
 
 
 def takes_lane(definition: JobDefinition, outcome: str) -> bool:

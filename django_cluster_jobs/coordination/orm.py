@@ -8,7 +8,15 @@ from datetime import datetime
 from django.db import DatabaseError, IntegrityError, transaction
 
 from ..models import EventKind, JobRun, RunEvent, RunState
-from .base import Claim, Coordinator, Won, enabled_job_ids, is_lock_timeout, takes_lane
+from .base import (
+    Claim,
+    Coordinator,
+    Won,
+    enabled_job_ids,
+    is_lock_timeout,
+    slot_refused,
+    takes_lane,
+)
 
 
 class ORMCoordinator(Coordinator):
@@ -23,7 +31,7 @@ class ORMCoordinator(Coordinator):
         results = (
             self._claim_one(c, node, now, lease_until, takes_lane(allowed[c.job_id], c.outcome))
             for c in claims
-            if c.job_id in allowed
+            if c.job_id in allowed and not slot_refused(allowed[c.job_id], c)
         )
         return [won for won in results if won is not None]
 

@@ -11,17 +11,20 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import transaction
-from django.db.models import F, Min, OuterRef, Q, Subquery
+from django.db.models import F, Min, OuterRef, Subquery
 
 from ..models import (
+    LIVE_STATES,
     ClusterEvent,
     ClusterEventKind,
     Delivery,
     EventKind,
+    JobDefinition,
     JobRun,
     NodeStatus,
     RunEvent,
     RunState,
+    ScheduleKind,
     WorkerNode,
 )
 
@@ -33,6 +36,8 @@ LEASE_EXPIRED = "lease expired"
 HANDED_BACK = "handed back"
 #: Takeovers allowed beyond a job's max_attempts before the run is dead-lettered (poison pill).
 MAX_TAKEOVERS = 2
+#: Most finished runs one purge deletes (the next purge takes the rest).
+PURGE_BATCH = 10_000
 
 
 class OwnershipMixin:
@@ -119,9 +124,19 @@ class OwnershipMixin:
         return state
 
     def _release(
-        self, pk: int, fence: int, node: str, now: datetime, reason: str, delivery: str | None
+        self,
+        pk: int,
+        fence: int,
+        node: str,
+        now: datetime,
+        reason: str,
+        delivery: str | None,
+        *,
+        expired: bool = False,
     ) -> str | None:
         runs = JobRun.objects.using(self.alias).filter(pk=pk, fence=fence, state=RunState.RUNNING)
+        if expired:  # the reaper: a lease renewed since it was read is no longer expired
+            runs = runs.filter(lease_expires_at__lt=now)
         if delivery == Delivery.AT_MOST_ONCE:
             lost = runs.update(
                 state=RunState.LOST,
@@ -180,14 +195,15 @@ class OwnershipMixin:
             if attempt >= max_attempts + MAX_TAKEOVERS and delivery != Delivery.AT_MOST_ONCE:
                 count += self._bury(pk, fence, leader, now, owner)
                 continue
-            if self._release(pk, fence, leader, now, f"{LEASE_EXPIRED} on {owner}", delivery):
+            reason = f"{LEASE_EXPIRED} on {owner}"
+            if self._release(pk, fence, leader, now, reason, delivery, expired=True):
                 count += 1
         return count
 
     def _bury(self, pk: int, fence: int, leader: str, now: datetime, owner: str) -> int:
         updated = (
             JobRun.objects.using(self.alias)
-            .filter(pk=pk, fence=fence)
+            .filter(pk=pk, fence=fence, state=RunState.RUNNING, lease_expires_at__lt=now)
             .update(
                 state=RunState.DEAD,
                 finished_at=now,
@@ -234,23 +250,32 @@ class OwnershipMixin:
         return dead
 
     def purge(self, now: datetime, keep: timedelta) -> int:
-        """Delete finished runs older than ``keep``; the latest run of each job always stays."""
-        latest = (
-            JobRun.objects.using(self.alias)
-            .filter(job_id=OuterRef("job_id"))
-            .order_by("-scheduled_at", "-pk")
-            .values("pk")[:1]
-        )
-        old = JobRun.objects.using(self.alias).exclude(
-            state__in=(RunState.PENDING, RunState.RUNNING)
-        )
-        old = old.filter(
-            Q(finished_at__lt=now - keep) | Q(finished_at__isnull=True), scheduled_at__lt=now - keep
-        ).exclude(pk=Subquery(latest))
-        ids = list(old.values_list("pk", flat=True)[:10_000])
+        """Delete finished runs that ended more than ``keep`` ago, with their events.
+
+        No recovery decision reads a row at or before its job's ``settled_through`` mark (the
+        mark stands for it), so any such finished row may go, except the latest run of each
+        fixed-delay job: its end times the next run. Rows after the mark are still read by the
+        next settling pass and stay, however short the retention.
+        """
+        old = JobRun.objects.using(self.alias).exclude(state__in=LIVE_STATES)
+        old = old.filter(finished_at__lt=now - keep, scheduled_at__lte=F("job__settled_through"))
+        old = old.exclude(pk__in=_latest_delay_runs(self.alias))
+        ids = list(old.values_list("pk", flat=True)[:PURGE_BATCH])
         RunEvent.objects.using(self.alias).filter(run_id__in=ids).delete()
         deleted, _ = JobRun.objects.using(self.alias).filter(pk__in=ids).delete()
         return len(ids) if deleted else 0
+
+
+def _latest_delay_runs(alias: str) -> Subquery:
+    """The latest run of each fixed-delay job (what its next window claim is timed from)."""
+    latest = (
+        JobRun.objects.using(alias)
+        .filter(job_id=OuterRef("pk"))
+        .order_by("-scheduled_at", "-pk")
+        .values("pk")[:1]
+    )
+    delays = JobDefinition.objects.using(alias).filter(schedule_kind=ScheduleKind.DELAY)
+    return Subquery(delays.annotate(latest=Subquery(latest)).values("latest"))
 
 
 def _signal(alias: str, name: str, pk: int, node: str, **kwargs: object) -> None:

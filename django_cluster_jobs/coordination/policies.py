@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, OuterRef, Subquery
 
 from ..models import (
     LIVE_STATES,
@@ -30,6 +30,8 @@ SUCCESSES = (RunState.SUCCEEDED,)
 #: ``due_at`` of a buffered run until the live one ends.
 PARKED = datetime(9999, 12, 31, tzinfo=UTC)
 BUFFERED = "buffered behind a live run"
+#: How long a breaker pauses a job whose definition sets a threshold but no cooldown.
+DEFAULT_COOLDOWN = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -40,6 +42,32 @@ class Gate:
     limit: int | None
     queue: str = ""
     queue_limit: int | None = None
+
+
+@dataclass(frozen=True)
+class GateState:
+    """A job's claim gate as the database has it: why a claim of one of its occurrences failed."""
+
+    enabled: bool
+    paused_until: datetime | None
+    settled_through: datetime
+    revision: int = 0
+    live_key: str | None = None
+
+    def refusal(self, claim: Claim, now: datetime) -> str | None:
+        """Return the skip counter of a refused claim, or None when another node won it."""
+        if not self.enabled:
+            return "disabled"
+        until = self.paused_until
+        if until is not None and (until > now or (claim.slot and claim.scheduled_at < until)):
+            return "paused"
+        if claim.slot and claim.revision != self.revision:
+            return "changed"
+        if claim.slot and claim.scheduled_at <= self.settled_through:
+            return "settled"
+        if self.live_key is not None and self.live_key != claim.key:
+            return "overlap"
+        return None
 
 
 @dataclass(frozen=True)
@@ -105,7 +133,9 @@ class PolicyMixin:
         return bool(updated)
 
     def record_skip(self, claim: Claim, node: str, now: datetime, reason: str) -> JobRun | None:
-        """Write the skipped row of an occurrence (once in the cluster); None if one exists."""
+        """Write the skipped row of an occurrence (once in the cluster); None if one exists.
+
+        The row names no node (nothing ran); its timeline entry names the node that decided."""
         try:
             with transaction.atomic(using=self.alias):
                 run, created = JobRun.objects.using(self.alias).get_or_create(
@@ -116,7 +146,8 @@ class PolicyMixin:
                         "due_at": claim.scheduled_at,
                         "state": RunState.SKIPPED,
                         "outcome": claim.outcome,
-                        "node": node,
+                        "node": "",  # nothing ran: the skip belongs to no node
+                        "fence": 0,
                         "reason": reason,
                         "created_at": now,
                         "finished_at": now,
@@ -243,10 +274,19 @@ class PolicyMixin:
         )
         return running.count() >= gate.queue_limit
 
-    def live_laned(self, job_ids: set[int]) -> dict[int, str]:
-        """Return, per job, the key of the live run holding its lane (if any)."""
-        rows = JobRun.objects.using(self.alias).filter(lane__in=job_ids, state__in=LIVE_STATES)
-        return dict(rows.values_list("job_id", "key"))
+    def gate_states(self, job_ids: Collection[int]) -> dict[int, GateState]:
+        """Return, per job, what its claim gate saw: the definition's gate columns and the key
+        of the live run holding its lane (if any). One query; explains a refused claim."""
+        lane = JobRun.objects.using(self.alias).filter(lane=OuterRef("pk"), state__in=LIVE_STATES)
+        rows = (
+            JobDefinition.objects.using(self.alias)
+            .filter(pk__in=list(job_ids))
+            .annotate(live_key=Subquery(lane.values("key")[:1]))
+            .values_list(
+                "pk", "enabled", "paused_until", "settled_through", "revision", "live_key"
+            )
+        )
+        return {pk: GateState(*fields) for pk, *fields in rows}
 
     def _release_stranded(self, runs, live, now: datetime) -> bool:
         """Release a buffered run that nothing live is ahead of any more.
@@ -274,9 +314,13 @@ class PolicyMixin:
         return released
 
     def open_breaker_if_tripped(
-        self, job_id: int, threshold: int, cooldown: timedelta, now: datetime
+        self, job_id: int, threshold: int, cooldown: timedelta | None, now: datetime
     ) -> datetime | None:
-        """Pause the job for ``cooldown`` if its last ``threshold`` finished runs all failed."""
+        """Pause the job for ``cooldown`` if its last ``threshold`` finished runs all failed.
+
+        The pause goes through ``save()`` like an operator's: what fell due before it is
+        settled, nothing during it is caught up.
+        """
         recent = list(
             JobRun.objects.using(self.alias)
             .filter(job_id=job_id, state__in=(*FAILURES, *SUCCESSES))
@@ -285,20 +329,17 @@ class PolicyMixin:
         )
         if len(recent) < threshold or any(s in SUCCESSES for s in recent):
             return None
-        until = now + cooldown
+        until = now + (cooldown or DEFAULT_COOLDOWN)
         reason = (
             f"circuit breaker: {threshold} consecutive failed runs; resumes at {until:%H:%M:%S}"
         )
-        opened = (
-            JobDefinition.objects.using(self.alias)
-            .filter(pk=job_id)
-            .exclude(paused_until__gt=now)
-            .update(paused_until=until, pause_reason=reason, updated_at=now)
-        )
-        if not opened:
-            return None
-        name = JobDefinition.objects.using(self.alias).get(pk=job_id).name
-        ClusterEvent.objects.using(self.alias).create(
-            at=now, kind=ClusterEventKind.BREAKER_OPENED, detail=f"{name}: {reason}"
-        )
+        with transaction.atomic(using=self.alias):
+            job = JobDefinition.objects.using(self.alias).filter(pk=job_id).first()
+            if job is None or (job.paused_until is not None and job.paused_until > now):
+                return None
+            job.paused_until, job.pause_reason = until, reason
+            job.save(using=self.alias, update_fields=["paused_until", "pause_reason", "updated_at"])
+            ClusterEvent.objects.using(self.alias).create(
+                at=now, kind=ClusterEventKind.BREAKER_OPENED, detail=f"{job.name}: {reason}"
+            )
         return until

@@ -37,6 +37,8 @@ def _record(c: Claim) -> dict[str, object]:
         "outcome": c.outcome,
         "priority": c.priority,
         "payload": c.payload,
+        "slot": c.slot,
+        "revision": c.revision,
     }
 
 
@@ -58,6 +60,7 @@ class PostgreSQLCoordinator(SQLPendingMixin, Coordinator):
             for c in claims:
                 payload = json_param(self.connection, c.payload)
                 params += [c.job_id, c.key, c.scheduled_at, c.outcome, c.priority, payload]
+                params += [c.slot, c.revision]
         else:
             query = sql.PG_CLAIM_RECORDS
             params = [json.dumps([_record(c) for c in claims])]
@@ -95,9 +98,10 @@ class PostgreSQLCoordinator(SQLPendingMixin, Coordinator):
         now: datetime,
         lease_until: datetime,
         stats: NodeStats,
-        run_ids: Collection[int] = (),
+        runs: Collection[tuple[int, int]] = (),
     ) -> Heartbeat:
         conn = self.connection
+        pairs = [(int(run_id), int(fence)) for run_id, fence in runs]
         query = sql.PG_HEARTBEAT.format(node_table=WorkerNode._meta.db_table)
         params = [
             now,
@@ -108,7 +112,8 @@ class PostgreSQLCoordinator(SQLPendingMixin, Coordinator):
             node,
             lease_until,
             node,
-            [int(run_id) for run_id in run_ids],
+            [run_id for run_id, _ in pairs],
+            [fence for _, fence in pairs],
         ]
         with conn.cursor() as cursor:
             cursor.execute(query, params)

@@ -14,16 +14,27 @@ LANED = (
     "AND v.outcome IN ('won', 'catch_up', 'external')"
 )
 
-#: One VALUES row of the batch claim: job_id, key, scheduled_at, outcome, priority, payload.
-CLAIM_ROW = "(%s, %s, %s, %s, %s, %s)"
+#: When a claim of an occurrence of the schedule is refused because it is decided already (at or
+#: before the job's mark), was planned from an older revision of the definition, or falls in a
+#: pause (before paused_until), see CLAIM_INSERT; mirrored by base.slot_refused().
+SETTLED = (
+    "v.slot AND (v.scheduled_at <= d.settled_through OR v.revision <> d.revision"
+    " OR (d.paused_until IS NOT NULL AND v.scheduled_at < d.paused_until))"
+)
 
-# Batch slot claim. Each VALUES row is one occurrence; the join keeps only enabled, unpaused jobs;
-# the unique (job_id, key) constraint lets exactly one racer insert each row, and RETURNING yields
-# exactly what this node won. Scheduled runs of jobs that allow no overlap get lane = job id, and
-# a partial unique index lets one live laned run exist per job: a claim that would overlap a run
-# still live anywhere conflicts too, which is why ON CONFLICT names no target.
+#: One VALUES row of the batch claim: job_id, key, scheduled_at, outcome, priority, payload, slot,
+#: revision.
+CLAIM_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
+
+# Batch slot claim. Each VALUES row is one occurrence; the join keeps only enabled, unpaused jobs,
+# and refuses occurrences of the schedule (slot) at or before the job's settled_through mark, which
+# are decided already (claimed, recorded missed, or not due), even when retention purged their
+# rows; the unique (job_id, key) constraint lets exactly one racer insert each row, and RETURNING
+# yields exactly what this node won. Scheduled runs of jobs that allow no overlap get lane = job
+# id, and a partial unique index lets one live laned run exist per job: a claim that would overlap
+# a run still live anywhere conflicts too, which is why ON CONFLICT names no target.
 # Parameters: the rows, then node, lease_until, now, now, now.
-# "WHERE true" keeps SQLite from reading ON CONFLICT as the join's ON.
+# The WHERE clause also keeps SQLite from reading ON CONFLICT as the join's ON.
 CLAIM_INSERT = f"""
 INSERT INTO {RUN} (job_id, key, scheduled_at, due_at, state, outcome, attempt, node,
                    lease_expires_at, fence, priority, payload, error, traceback, reason,
@@ -34,20 +45,25 @@ SELECT v.job_id, v.key, v.scheduled_at, v.scheduled_at, 'running', v.outcome, 1,
 FROM v
 JOIN {JOB} AS d ON d.id = v.job_id AND d.enabled
                AND (d.paused_until IS NULL OR d.paused_until <= %s)
-WHERE true
+WHERE NOT ({SETTLED})
 ON CONFLICT DO NOTHING
 RETURNING id, job_id, key
 """
 
-CLAIM_VALUES = "WITH v (job_id, key, scheduled_at, outcome, priority, payload) AS (VALUES {rows})"
+CLAIM_VALUES = (
+    "WITH v (job_id, key, scheduled_at, outcome, priority, payload, slot, revision) "
+    "AS (VALUES {rows})"
+)
 
 # The same rows as one JSON document (PostgreSQL), for large batches: a batch of 1000 is one
 # parameter instead of 6000 quoted into the text, and the text is the same for any size.
-# Parameters: a JSON array of objects with the six keys below.
-CLAIM_RECORDS = """WITH v (job_id, key, scheduled_at, outcome, priority, payload) AS (
-    SELECT job_id, key, scheduled_at, outcome, priority, payload
+# Parameters: a JSON array of objects with the eight keys below.
+CLAIM_RECORDS = """
+WITH v (job_id, key, scheduled_at, outcome, priority, payload, slot, revision) AS (
+    SELECT job_id, key, scheduled_at, outcome, priority, payload, slot, revision
     FROM jsonb_to_recordset(%s::jsonb) AS r (job_id bigint, key text, scheduled_at timestamptz,
-                                             outcome text, priority integer, payload jsonb))"""
+                                             outcome text, priority integer, payload jsonb,
+                                             slot boolean, revision bigint))"""
 
 # PostgreSQL: the claim and the "claimed" timeline entries in one round trip, after CLAIM_VALUES
 # or CLAIM_RECORDS. Extra parameters after CLAIM_INSERT's: now, node.
@@ -70,7 +86,8 @@ INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason) VALUES (%s, %s, 'cla
 # PostgreSQL heartbeat: node row and every lease of its running runs in one round trip, with the
 # database's clock for the node's offset measurement.
 # Parameters: last_heartbeat, clock_offset_ms, claims_won, claims_lost, skipped, node,
-# lease_until, node, the ids of the runs the node executes.
+# lease_until, node, the ids of the runs the node executes and, in the same order, their fences.
+# A lease is renewed only under the fence the node holds.
 PG_HEARTBEAT = f"""
 WITH n AS (
     UPDATE {{node_table}} SET last_heartbeat = %s, clock_offset_ms = %s, claims_won = %s,
@@ -78,7 +95,8 @@ WITH n AS (
     WHERE node_id = %s RETURNING status
 ), r AS (
     UPDATE {RUN} SET lease_expires_at = %s
-    WHERE node = %s AND state = 'running' AND id = ANY(%s)
+    WHERE node = %s AND state = 'running'
+      AND (id, fence) IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))
     RETURNING id, cancel_requested
 )
 SELECT (SELECT status FROM n), r.id, r.cancel_requested, clock_timestamp()

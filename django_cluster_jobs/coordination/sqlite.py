@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from . import sql
@@ -33,6 +33,12 @@ class SQLiteCoordinator(SQLPendingMixin, Coordinator):
     """``INSERT … ON CONFLICT DO NOTHING RETURNING`` (SQLite ≥ 3.35) in one write transaction."""
 
     vendor = "sqlite"
+    #: SQLite runs inside this process: its clock is the host's, which every node shares.
+    clock_is_local = True
+
+    def db_now(self) -> datetime:
+        # What SQLite's own clock would answer, to the microsecond instead of the millisecond.
+        return datetime.now(UTC)
 
     def claim(
         self, claims: Sequence[Claim], node: str, now: datetime, lease_until: datetime
@@ -50,6 +56,8 @@ class SQLiteCoordinator(SQLPendingMixin, Coordinator):
                 c.outcome,
                 c.priority,
                 json_param(conn, c.payload),
+                c.slot,
+                c.revision,
             ]
         params += [node, lease, at, at, at]
         query = sql.SQLITE_CLAIM.format(rows=", ".join([sql.CLAIM_ROW] * len(claims)))

@@ -22,6 +22,12 @@ class Clock:
         """Return cluster time: local time corrected by the measured database offset."""
         return self.local() + self.offset
 
+    def host_offset(self) -> timedelta:
+        """Return this host's clock minus this node's, exactly: what the offset is when the
+        database runs on this host (SQLite), no round trip to estimate. Zero for a real clock;
+        a test clock with a ``skew`` is that far off the host's."""
+        return -self.skew
+
     def observe(self, sent: datetime, db_time: datetime, received: datetime) -> None:
         """Record the offset from one round trip, assuming the server answered half-way."""
         self.offset = db_time - (sent + (received - sent) / 2)

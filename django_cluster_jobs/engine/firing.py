@@ -74,10 +74,51 @@ class Firing:
             if planned.schedule.kind == "delay":
                 windows.append((planned, due))
                 continue
+            if self._held_back(planned, due, now):
+                continue
+            self._collected[name] = max(due, self._collected.get(name, due))
             self._push_next(planned, max(due, now - MISFIRE_GRACE))
             if self._skip_reason(planned, due, now) is None:
                 claims.append((planned, self._claim_for(planned, due)))
         return claims, windows
+
+    def _held_back(self: Node, planned: Planned, due: datetime, now: datetime) -> bool:
+        """Skip the occurrences of a disabled or paused job without counting them as collected,
+        and hold back one that fell due before this node started its live run of the job.
+
+        A disabled job is planned again when it is enabled (the change reloads every node), a
+        paused one from the end of its pause. An occurrence due before this node's own live run
+        of a no-overlap job began does not overlap it: it is claimed when that run ends.
+        """
+        definition, name = planned.definition, planned.name
+        paused_until = definition.paused_until
+        if not definition.enabled or (paused_until is not None and paused_until > now):
+            reason = stats.DISABLED if not definition.enabled else stats.PAUSED
+            self._skip(planned, occurrence_key(due), reason)
+            if definition.enabled:
+                self._push_next(planned, max(due, paused_until - timedelta(microseconds=1)))
+            return True
+        began = self._live_since.get(name)
+        if began is not None and due < began and gate_of(planned) is None and self._laned(planned):
+            self._skip(planned, occurrence_key(due), stats.DEFERRED)
+            self._deferred.setdefault(name, []).append(due)
+            self._push_next(planned, max(due, now - MISFIRE_GRACE))
+            return True
+        return False
+
+    def _released_claims(self: Node, now: datetime) -> list[Pair]:
+        """Claims of the occurrences held back until this node's live run of their job ended."""
+        claims = []
+        while not self._released.empty():
+            due, name = self._released.get()
+            planned = self.planned.get(name)
+            if planned is not None and self._skip_reason(planned, due, now) is None:
+                claims.append((planned, self._claim_for(planned, due)))
+        return claims
+
+    @staticmethod
+    def _laned(planned: Planned) -> bool:
+        return takes_lane(planned.definition, Outcome.WON)
 
     def _claim_due(self: Node, claims: list[Pair], now: datetime) -> None:
         """Batch-claim what the database gate can decide alone; gate the rest one by one."""
@@ -89,22 +130,20 @@ class Firing:
             self._claim_gated(planned, claim, now)
 
     def _push_next(self: Node, planned: Planned, after: datetime) -> None:
-        following = planned.schedule.next_after(after)
+        """Plan the job's next occurrence after ``after`` (none past the end of the calendar)."""
+        try:
+            following = planned.schedule.next_after(after)
+        except (OverflowError, ValueError):
+            following = None
         if following is not None:
             self.planner.push(following, planned.name)
 
     def _skip_reason(self: Node, planned: Planned, due: datetime, now: datetime) -> str | None:
-        reason = None
-        paused_until = planned.definition.paused_until
-        if not planned.definition.enabled:
-            reason = stats.DISABLED
-        elif paused_until is not None and paused_until > now:
-            reason = stats.PAUSED
-        elif due < now - MISFIRE_GRACE:
-            reason = stats.MISSED
-        if reason is not None:
-            self._skip(planned, occurrence_key(due), reason)
-        return reason
+        """Skip an occurrence too late to claim: the leader settles it by the misfire policy."""
+        if due < now - MISFIRE_GRACE:
+            self._skip(planned, occurrence_key(due), stats.MISSED)
+            return stats.MISSED
+        return None
 
     def _skip(self: Node, planned: Planned, key: str, reason: str) -> None:
         self.counters.add(skipped=reason)
@@ -124,6 +163,7 @@ class Firing:
         key: str | None = None,
     ) -> Claim:
         definition = planned.definition
+        slot = key is None and planned.schedule.slotted
         key = key or occurrence_key(due)
         if definition.placement == "every_node" and outcome is None:
             key, outcome = f"{key}@{self.node_id}", Outcome.EVERY_NODE
@@ -134,6 +174,8 @@ class Firing:
             outcome or Outcome.WON,
             definition.priority,
             dict(definition.payload or {}),
+            slot=slot,
+            revision=definition.revision,
         )
 
     def _claim_slots(self: Node, claims: list[Pair], now: datetime) -> None:
@@ -174,16 +216,34 @@ class Firing:
         return won
 
     def _settle_losers(self: Node, lost: list[Pair], now: datetime) -> None:
-        """Count claims lost to another node; record the ones refused by a live run (overlap)."""
-        laned = {c.job_id for p, c in lost if takes_lane(p.definition, c.outcome)}
-        live = self.coordinator.live_laned(laned) if laned else {}
+        """Count each claim the gate refused by its reason; record the ones a live run refused
+        (overlap); the rest were claimed by another node."""
+        if not lost:
+            return
+        gates = self.coordinator.gate_states({c.job_id for _, c in lost})
         for planned, claim in lost:
-            if live.get(claim.job_id, claim.key) != claim.key:
-                reason = f"overlap: the previous run is still live ({live[claim.job_id]})"
-                self._record_skip(planned, claim, now, reason, stats.OVERLAP)
-                continue
-            self.counters.add(lost=1)
-            self._skip(planned, claim.key, stats.CLAIMED_ELSEWHERE)
+            gate = gates.get(claim.job_id)
+            reason = gate.refusal(claim, now) if gate is not None else stats.DISABLED
+            if reason == stats.OVERLAP:
+                why = f"overlap: the previous run is still live ({gate.live_key})"
+                self._record_skip(planned, claim, now, why, stats.OVERLAP)
+            elif reason == stats.CHANGED:
+                self._replan_after(planned, claim)
+            elif reason is not None:
+                self._skip(planned, claim.key, reason)
+            else:
+                self.counters.add(lost=1)
+                self._skip(planned, claim.key, stats.CLAIMED_ELSEWHERE)
+
+    def _replan_after(self: Node, planned: Planned, claim: Claim) -> None:
+        """This node planned from a definition changed since: forget it collected the refused
+        occurrence and re-plan at once, so the change's own first occurrences are claimed."""
+        self._skip(planned, claim.key, stats.CHANGED)
+        self._collected[planned.name] = min(
+            self._collected.get(planned.name, claim.scheduled_at),
+            claim.scheduled_at - timedelta(microseconds=1),
+        )
+        self.request_reload()
 
     def _record_skip(
         self: Node, planned: Planned, claim: Claim, now: datetime, reason: str, counter: str
@@ -339,12 +399,15 @@ class Firing:
             },
         )
         merged = {**(planned.definition.payload or {}), **payload}
+        name = planned.name
+        if self._laned(planned):
+            self._live_since[name] = self.clock.now()
 
         def task() -> None:
             try:
                 self.runner.run(won, planned, scheduled_at, merged, on_done)
             finally:
-                self.task_done()
+                self.task_done(name)
 
         if not self.executor.submit(task):  # capacity is checked before claiming
             logger.error(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -63,16 +62,24 @@ class HeartbeatThread(threading.Thread):
             release_broken_connections()
 
     def measure(self) -> None:
-        """Measure this node's clock offset to the database's with one ``SELECT``."""
+        """Measure this node's clock offset to the database's: exactly where the database's
+        clock is this host's (SQLite), else with one ``SELECT`` corrected by half its round trip."""
         clock = self.node.clock
+        if self.node.coordinator.clock_is_local:
+            clock.offset = clock.host_offset()
+            self._clock_from_heartbeat = True  # nothing to measure again
+            self._warn_skew()
+            return
         sent = clock.local()
         db_time = self.node.coordinator.db_now()
-        if db_time is not None:
-            self._observe(sent, db_time, clock.local())
+        self._observe(sent, db_time, clock.local())
 
     def _observe(self, sent: datetime, db_time: datetime, received: datetime) -> None:
+        self.node.clock.observe(sent, db_time, received)
+        self._warn_skew()
+
+    def _warn_skew(self) -> None:
         clock = self.node.clock
-        clock.observe(sent, db_time, received)
         if abs(clock.offset) > SKEW_WARNING:
             logger.warning(
                 "node %s clock differs from the database's by %.3fs; using the database's",
@@ -86,8 +93,7 @@ class HeartbeatThread(threading.Thread):
         now = node.clock.now()
         lease_until = now + timedelta(seconds=app_settings.LEASE_TTL)
         offset_ms = node.clock.offset.total_seconds() * 1000
-        started = time.monotonic()
-        running = {active.won.run_id for active in node.runner.snapshot()}
+        running = {(active.won.run_id, active.won.fence) for active in node.runner.snapshot()}
         sent = node.clock.local()
         beat = node.coordinator.heartbeat(
             node.node_id, now, lease_until, node.counters.snapshot(offset_ms), running
@@ -99,17 +105,13 @@ class HeartbeatThread(threading.Thread):
             node.request_stop(reason="drain requested")
         elif beat.status == NodeStatus.DEAD:
             self._revive(now)
-        self._notice_lost_runs(beat.owned_runs, started)
+        self._notice_lost_runs({run_id for run_id, _ in running} - beat.owned_runs)
         if beat.cancel_requested:
             node.runner.cancel(set(beat.cancel_requested), why="cancel")
 
-    def _notice_lost_runs(self, owned: frozenset[int], started: float) -> None:
-        """Cancel handlers whose run was taken from this node (its lease expired while paused)."""
-        lost = {
-            a.won.run_id
-            for a in self.node.runner.snapshot()
-            if a.since < started and a.won.run_id not in owned
-        }
+    def _notice_lost_runs(self, lost: set[int]) -> None:
+        """Cancel handlers of runs this node renewed but the database no longer has under their
+        fence (taken over after the lease expired while the node was paused or cut off)."""
         for run_id in lost - self._lost:
             logger.warning(
                 "run %s is no longer owned by %s (its lease expired and it was taken "

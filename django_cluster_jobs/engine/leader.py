@@ -13,6 +13,7 @@ from ..conf import app_settings
 from ..coordination import leases
 from ..models import ClusterEvent, ClusterEventKind
 from .catchup import catch_up
+from .clockcheck import ClockCheck
 
 if TYPE_CHECKING:
     from .node import Node
@@ -32,6 +33,9 @@ class Leader:
         self.token = uuid.uuid4().hex
         self.held: leases.Held | None = None
         self._last_purge: datetime | None = None
+        #: On SQLite, where each node's clock is its own, whether it agrees with the others'.
+        self._clock = ClockCheck(node.coordinator.alias, node.node_id)
+        self._refusal = ""
 
     @property
     def alias(self) -> str:
@@ -40,6 +44,8 @@ class Leader:
     def beat(self) -> None:
         """Take or keep the lease; log and record every change of leader; do the chores."""
         now = self.node.clock.now()
+        if self._refuses(now):
+            return
         ttl = timedelta(seconds=app_settings.LEADER_TTL)
         # One transaction: a change of leader and its record are committed together.
         with transaction.atomic(using=self.alias):
@@ -59,6 +65,23 @@ class Leader:
         self.held = held
         if held is not None:
             self.chores(now)
+
+    def _refuses(self, now: datetime) -> bool:
+        """True when this node must not lead: its clock disagrees with the live nodes' (SQLite).
+
+        A holder resigns at once; the reason is logged when it changes."""
+        refusal = ""
+        if self.node.coordinator.clock_is_local:
+            refusal = self._clock.disagreement(now)
+        if refusal != self._refusal and refusal and not refusal.startswith("waiting"):
+            logger.error("node %s does not lead: %s", self.node.node_id, refusal,
+                         extra=self.node.log_extra)  # fmt: skip
+        self._refusal = refusal
+        if refusal and self.held is not None:
+            self._record(ClusterEventKind.LEADER_LOST, self.held.fence, now,
+                         f"resigned: {refusal}")  # fmt: skip
+            self.resign()
+        return bool(refusal)
 
     def chores(self, now: datetime) -> bool:
         """Do the cluster chores fenced by the lease; False when this node is no longer leader."""
@@ -82,7 +105,7 @@ class Leader:
                 now, timedelta(seconds=app_settings.DEAD_AFTER), self.node.node_id
             )
             purged = self._purge(now)
-            catch_up(self.node, now)
+            catch_up(self.alias, self.node.registry.names(), self.node.node_id, now, held.fence)
             self._record_chores(now, held.fence, reaped, purged)
         self._log(reaped, dead, purged)
         return True
@@ -112,7 +135,7 @@ class Leader:
         if self._last_purge and (now - self._last_purge).total_seconds() < PURGE_EVERY:
             return 0
         self._last_purge = now
-        return self.node.coordinator.purge(now, retention(self.node.cluster_jobs.values()))
+        return self.node.coordinator.purge(now, retention())
 
     def _log(self, reaped: int, dead: list[str], purged: int) -> None:
         extra = self.node.log_extra
@@ -144,12 +167,6 @@ class Leader:
         )
 
 
-def retention(planned) -> timedelta:
-    """How long finished runs are kept: the setting, but never less than twice the longest
-    interval or catch-up window of any job, so a purged claim cannot let a duplicate through."""
-    keep = timedelta(days=app_settings.RETENTION_DAYS)
-    for p in planned:
-        gap = p.schedule.longest_gap() or timedelta(0)
-        window = p.definition.catch_up_window or timedelta(0)
-        keep = max(keep, 2 * gap, 2 * window)
-    return keep
+def retention() -> timedelta:
+    """How long finished runs are kept (no decision depends on them, whatever the schedules)."""
+    return timedelta(days=app_settings.RETENTION_DAYS)

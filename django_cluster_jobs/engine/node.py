@@ -8,17 +8,17 @@ import queue
 import socket
 import threading
 import time
+from collections.abc import Iterable
 from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 
 from django.db import DatabaseError, transaction
-from django.utils import timezone
 from django.utils.module_loading import import_string
 
 from ..conf import app_settings
 from ..coordination import Claim, Coordinator, get_coordinator
-from ..models import JobDefinition, NodeStatus, Outcome, WorkerNode
-from ..registry import Registry, registry
+from ..models import JobDefinition, NodeStatus, Outcome, Source, WorkerNode
+from ..registry import Job, Registry, registry
 from . import stats
 from .clock import Clock
 from .executor import Executor, release_broken_connections
@@ -77,7 +77,16 @@ class Node(Firing):
         self._reload = threading.Event()
         self._pending_due: datetime | None = None
         self._pending_blocked = False
-        self._collected_until: datetime | None = None
+        #: This node's start in cluster time: it plans each job from the later of the job's mark
+        #: and what it collected of it, or this instant.
+        self._started_at: datetime | None = None
+        #: Per job, the latest occurrence this node claimed or decided to leave.
+        self._collected: dict[str, datetime] = {}
+        #: Per no-overlap job, when this node started its live run of it; and the occurrences
+        #: held back until that run ends (see Firing._held_back).
+        self._live_since: dict[str, datetime] = {}
+        self._deferred: dict[str, list[datetime]] = {}
+        self._released: queue.SimpleQueue[tuple[datetime, str]] = queue.SimpleQueue()
         self._registered = time.monotonic()
         self.heartbeat = HeartbeatThread(self)
         self.leader = Leader(self)
@@ -217,7 +226,7 @@ class Node(Firing):
         the node loads its definitions; a clock found to be off corrects the stored start.
         """
         started = self.clock.now() - timedelta(seconds=time.monotonic() - self._registered)
-        self._collected_until = started
+        self._started_at = started
         if self.clock.offset:
             WorkerNode.objects.using(self.coordinator.alias).filter(node_id=self.node_id).update(
                 started_at=started, last_heartbeat=started
@@ -251,14 +260,21 @@ class Node(Firing):
         self.planned = {n: p for n, p in loaded.items() if p.runs_here(self.tags)}
         self.planner.clear()
         now = self.clock.now()
-        # Plan from the last tick, not from now: an occurrence that fell due between the last
-        # tick and this reload must still be collected by the tick that follows.
-        since = min(self._collected_until or now, now)
         for planned in self.planned.values():
             kind = planned.schedule.kind
-            due = now if kind == "delay" else planned.schedule.next_after(since)
+            due = now if kind == "delay" else planned.schedule.next_after(self._plan_from(planned))
             if due is not None:
                 self.planner.push(due, planned.name)
+
+    def _plan_from(self, planned: Planned) -> datetime:
+        """Where this node plans a job from: after the job's mark (what is settled or was due
+        before it last changed) and after what this node collected of it, or its own start.
+
+        An occurrence between the last tick and a reload is still collected by the next tick;
+        one after a change this node had not seen yet is claimed, late, if within the grace.
+        """
+        started = self._started_at or self.clock.now()
+        return max(planned.definition.settled_through, self._collected.get(planned.name, started))
 
     def request_reload(self) -> None:
         self._reload.set()
@@ -290,8 +306,13 @@ class Node(Firing):
             next_due = min(next_due, poll) if next_due else poll
         self._pending_due = next_due
 
-    def task_done(self) -> None:
-        """A handler finished here: if due pending runs were waiting for a thread, look now."""
+    def task_done(self, name: str = "") -> None:
+        """A handler of job ``name`` finished here: claim what waited for it, and look for due
+        pending runs now if they were waiting for a thread."""
+        self._live_since.pop(name, None)
+        for due in self._deferred.pop(name, []):
+            self._released.put((due, name))
+            self._wake.set()
         if self._pending_blocked:
             self.wake_pending()
 
@@ -331,7 +352,7 @@ class Node(Firing):
             self.planner.push(*self._inbox.get())
         now = self.clock.now()
         claims, windows = self._collect(now)
-        self._collected_until = now
+        claims += self._released_claims(now)
         if claims:
             self._claim_due(claims, now)
         for planned, _ in windows:
@@ -360,16 +381,31 @@ class Node(Firing):
             self._claim_due(claims, now)
 
 
-def sync_definitions(jobs: Registry, alias: str) -> None:
-    """Upsert every code-declared job; an operator's enabled flag on an existing row is kept."""
+def sync_definitions(jobs: Iterable[Job], alias: str) -> None:
+    """Upsert every code-declared job; an operator's enabled flag on an existing row is kept.
+
+    A row of the same name that an operator created (source database) is never taken over: the
+    code job is left out and the conflict logged (``manage.py check`` reports it too).
+    """
     for declared in jobs:
         fields = declared.definition_fields()
         with transaction.atomic(using=alias):
             row, created = JobDefinition.objects.using(alias).get_or_create(
                 name=declared.name, defaults={**fields, "enabled": declared.enabled}
             )
-            changed = {k: v for k, v in fields.items() if getattr(row, k) != v}
-            if not created and changed:
-                JobDefinition.objects.using(alias).filter(pk=row.pk).update(
-                    **changed, updated_at=timezone.now()
+            if created:
+                continue
+            if row.source != Source.CODE:
+                logger.error(
+                    "job %r is declared in code (%s) but an operator's database job has that "
+                    "name; the database job is kept and the code job is not scheduled",
+                    declared.name,
+                    declared.origin,
+                    extra={"job": declared.name},
                 )
+                continue
+            changed = [k for k, v in fields.items() if getattr(row, k) != v]
+            if changed:
+                for name in changed:
+                    setattr(row, name, fields[name])
+                row.save(using=alias, update_fields=[*changed, "updated_at"])

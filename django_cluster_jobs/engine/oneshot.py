@@ -33,6 +33,7 @@ from ..registry import check_payload, registry
 from ..schedules import occurrence_key
 from .clock import Clock
 from .executor import release_broken_connections
+from .firing import gate_of, lease_ttl
 from .node import default_clock, sync_definitions
 from .planner import Planned
 from .runner import Runner
@@ -61,6 +62,20 @@ class Result:
         return not self.ran or self.ended == RunState.SUCCEEDED
 
 
+#: How a refused claim is worded (GateState.refusal's codes).
+REFUSALS = {
+    "disabled": "the job is disabled",
+    "paused": "the job is paused",
+    "settled": "the occurrence is already settled (claimed, or recorded missed)",
+    "changed": "the job's definition changed while it was claimed; run it again",
+}
+
+
+def schedule_slot(planned: Planned, key: str | None) -> bool:
+    """True when runjob claims an occurrence of the job's schedule, not an external key."""
+    return planned.schedule.slotted and not key
+
+
 def round_second(at: datetime) -> datetime:
     """Return ``at`` rounded to the nearest whole second."""
     return (at + timedelta(microseconds=500_000)).replace(microsecond=0)
@@ -81,9 +96,9 @@ class LeaseKeeper(threading.Thread):
     """Renew the run's lease every heartbeat interval; flag the handler if the run is cancelled
     by an operator or taken away (its lease expired while this process was stalled)."""
 
-    def __init__(self, shot: OneShot, run_id: int) -> None:
-        super().__init__(name=f"cluster-jobs-lease-{run_id}", daemon=True)
-        self.shot, self.run_id = shot, run_id
+    def __init__(self, shot: OneShot, won: Won) -> None:
+        super().__init__(name=f"cluster-jobs-lease-{won.run_id}", daemon=True)
+        self.shot, self.run_id, self.fence = shot, won.run_id, won.fence
         self._halt = threading.Event()
 
     def run(self) -> None:
@@ -97,7 +112,7 @@ class LeaseKeeper(threading.Thread):
         shot, now = self.shot, self.shot.clock.now()
         try:
             beat = shot.coordinator.heartbeat(
-                shot.node_id, now, shot.lease_until(now), NodeStats(), [self.run_id]
+                shot.node_id, now, shot.lease_until(now), NodeStats(), [(self.run_id, self.fence)]
             )
         except DatabaseError as exc:
             release_broken_connections()
@@ -164,27 +179,51 @@ class OneShot:
         blocked = self._blocked(now)
         if blocked:
             return Result(self.name, run_key, scheduled_at, ran=False, reason=blocked)
+        slot = schedule_slot(self.planned, key)
         claim = Claim(
-            definition.pk, run_key, scheduled_at, Outcome.EXTERNAL, definition.priority, merged
+            definition.pk, run_key, scheduled_at, Outcome.EXTERNAL, definition.priority, merged,
+            slot=slot, revision=definition.revision,
+        )  # fmt: skip
+        won = self._claim(claim, now)
+        if isinstance(won, Result):
+            return won
+        self._execute(won, scheduled_at, merged)
+        return self._result(won, scheduled_at)
+
+    def _claim(self, claim: Claim, now: datetime) -> Won | Result:
+        """Claim through the same gates as a scheduler node (overlap, concurrency, queues)."""
+        gate = gate_of(self.planned)
+        if gate is None:
+            won = self.coordinator.claim([claim], self.node_id, now, self.lease_until(now))
+            return won[0] if won else self._held_elsewhere(claim, now)
+        result = self.coordinator.claim_gated(
+            claim, gate, self.node_id, self.clock.now, lease_ttl()
         )
-        won = self.coordinator.claim([claim], self.node_id, now, self.lease_until(now))
-        if not won:
-            return self._held_elsewhere(run_key, scheduled_at)
-        self._execute(won[0], scheduled_at, merged)
-        return self._result(won[0], scheduled_at)
+        if result.won is not None:
+            return result.won
+        if result.buffered:
+            reason = "buffered: a node runs it as soon as the live run of the job ends"
+            return Result(self.name, claim.key, claim.scheduled_at, ran=False, reason=reason)
+        if result.skipped:
+            self.coordinator.record_skip(claim, self.node_id, now, result.skipped)
+            reason = f"not claimed: {result.skipped}"
+            return Result(self.name, claim.key, claim.scheduled_at, ran=False, reason=reason)
+        return self._held_elsewhere(claim, now)
 
     def cancel(self) -> None:
         """Flag the running handler as cancelled (SIGTERM); it should return soon."""
         self.runner.cancel(why="shutdown")
 
     def _observe_clock(self) -> None:
+        if self.coordinator.clock_is_local:
+            self.clock.offset = self.clock.host_offset()
+            return
         sent = self.clock.local()
         try:
             db_time = self.coordinator.db_now()
         except DatabaseError:  # the claim that follows fails loudly if the database is gone
             return
-        if db_time is not None:
-            self.clock.observe(sent, db_time, self.clock.local())
+        self.clock.observe(sent, db_time, self.clock.local())
 
     def _blocked(self, now: datetime) -> str:
         definition = self.planned.definition
@@ -195,25 +234,27 @@ class OneShot:
         return ""
 
     def _execute(self, won: Won, scheduled_at: datetime, payload: dict) -> None:
-        keeper = LeaseKeeper(self, won.run_id)
+        keeper = LeaseKeeper(self, won)
         keeper.start()
         try:
             self.runner.run(won, self.planned, scheduled_at, payload)
         finally:
             keeper.stop()
 
-    def _held_elsewhere(self, key: str, scheduled_at: datetime) -> Result:
+    def _held_elsewhere(self, claim: Claim, now: datetime) -> Result:
+        key, scheduled_at = claim.key, claim.scheduled_at
         row = (
             JobRun.objects.using(self.alias)
             .filter(job_id=self.planned.definition.pk, key=key)
             .values("pk", "node", "state")
             .first()
         )
-        if row is None:  # refused by the database gate: disabled, paused, or overlap
-            live = self.coordinator.live_laned({self.planned.definition.pk})
-            reason = "not claimed: the job is disabled or paused"
-            if live:
-                reason = f"not claimed: overlap, the previous run ({live.popitem()[1]}) is live"
+        if row is None:  # refused by the database gate: disabled, paused, settled or overlap
+            gate = self.coordinator.gate_states({claim.job_id}).get(claim.job_id)
+            refusal = gate.refusal(claim, now) if gate is not None else "disabled"
+            reason = f"not claimed: {REFUSALS.get(refusal or '', refusal)}"
+            if refusal == "overlap" and gate is not None:
+                reason = f"not claimed: overlap, the previous run ({gate.live_key}) is live"
             return Result(self.name, key, scheduled_at, ran=False, reason=reason)
         return Result(
             self.name,

@@ -28,6 +28,8 @@ logger = logging.getLogger("django_cluster_jobs.run")
 
 #: Seconds between two tries of a write-back that hit a database error.
 WRITE_BACK_RETRY = 0.5
+#: Longest wait for an occurrence claimed early (by a correction of the node's clock offset).
+EARLY_LIMIT = 5.0
 
 
 def jsonable(value: Any) -> Any:
@@ -141,6 +143,7 @@ class Runner:
             won.attempt,
             extra=self.extra(won, planned),
         )
+        self._not_before(scheduled_at)
         self._signal(signals.run_started, active)
         timers = self._arm_timeout(active)
         try:
@@ -153,6 +156,13 @@ class Runner:
                 self.running.pop(won.run_id, None)
         if on_done is not None:
             on_done(finished)
+
+    def _not_before(self, scheduled_at: datetime) -> None:
+        """Never start a handler before its occurrence by cluster time (a claim made just before
+        the node's offset was corrected can be a few milliseconds early)."""
+        early = (scheduled_at - self.clock.now()).total_seconds()
+        if 0 < early <= EARLY_LIMIT:
+            time.sleep(early)
 
     def _arm_timeout(self, active: Active) -> list[threading.Timer]:
         """Thread executor: flag the handler cancelled at its deadline; if it has not returned

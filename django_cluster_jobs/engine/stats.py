@@ -19,6 +19,12 @@ OVERLAP = "overlap"
 BUFFERED = "buffered"
 CONCURRENCY = "max_concurrency"
 QUEUE_LIMIT = "queue_limit"
+#: Refused because the job's mark had already settled the occurrence (claimed or missed).
+SETTLED = "settled"
+#: Refused because the definition changed since this node planned the occurrence (it re-plans).
+CHANGED = "changed"
+#: Held back until this node's own live run of the job ends: it fell due before that run began.
+DEFERRED = "deferred"
 
 
 class Counters:

@@ -1,4 +1,4 @@
-"""Catch-up by the leader: each misfire policy, the window, existing rows, idempotence, races."""
+"""Catch-up by the leader: each misfire policy, the window, existing rows, the mark, races."""
 
 from __future__ import annotations
 
@@ -15,20 +15,23 @@ from django.db import connections
 from django_cluster_jobs import signals
 from django_cluster_jobs.conf import app_settings
 from django_cluster_jobs.coordination import get_coordinator
-from django_cluster_jobs.engine import catchup, misfire
-from django_cluster_jobs.engine.catchup import catch_up, lookback, settled_until
+from django_cluster_jobs.engine import catchup
+from django_cluster_jobs.engine.catchup import horizon
 from django_cluster_jobs.engine.firing import MISFIRE_GRACE
-from django_cluster_jobs.engine.planner import load_planned
+from django_cluster_jobs.ledger import settle
 from django_cluster_jobs.models import (
     ClusterEvent,
     ClusterEventKind,
+    EventKind,
     JobDefinition,
     JobRun,
     NodeStatus,
     Outcome,
+    RunEvent,
     RunState,
     ScheduleKind,
 )
+from django_cluster_jobs.policies import misfire
 from django_cluster_jobs.registry import registry
 from django_cluster_jobs.schedules import occurrence_key
 from tests.factories import JobDefinitionFactory, JobRunFactory, WorkerNodeFactory
@@ -50,22 +53,26 @@ def at(text: str) -> datetime:
 
 
 def fake_node(node_id: str | None = None) -> SimpleNamespace:
-    """What catch_up needs of a node: its id, the cluster's jobs, a coordinator and a clock."""
-    return SimpleNamespace(
-        node_id=node_id or f"leader-{uuid.uuid4().hex[:8]}",
-        cluster_jobs=load_planned("default", registry),
-        coordinator=get_coordinator(),
-        clock=None,
-    )
+    """A leader for catch_up: its id; ``catch_up`` below passes what the leader passes."""
+    return SimpleNamespace(node_id=node_id or f"leader-{uuid.uuid4().hex[:8]}")
+
+
+def catch_up(node: SimpleNamespace, now: datetime) -> int:
+    """Run the leader's catch-up as Leader.chores does, for every registered job."""
+    return catchup.catch_up("default", registry.names(), node.node_id, now)
 
 
 def minutely(kind: str = "cron", last: datetime | None = LAST, **fields) -> JobDefinition:
-    """A per-minute job created at 08:45 whose latest run (won, succeeded) is at ``last``."""
+    """A per-minute job created at 08:45, settled through ``last`` where its latest run (won,
+    succeeded) is; with ``last=None`` it never ran and is settled through its creation."""
     schedule = {"schedule_kind": ScheduleKind.CRON, "cron": "* * * * *"}
     if kind == "every":
         schedule = {"schedule_kind": ScheduleKind.EVERY, "cron": "", "interval": MINUTE}
+    created = LAST - 5 * MINUTE
     job = JobDefinitionFactory(**schedule, **fields)
-    JobDefinition.objects.filter(pk=job.pk).update(created_at=LAST - 5 * MINUTE)
+    JobDefinition.objects.filter(pk=job.pk).update(
+        created_at=created, settled_through=last or created
+    )
     if last is not None:
         won(job, last)
     return JobDefinition.objects.get(pk=job.pk)
@@ -202,14 +209,15 @@ def test_a_job_that_never_ran_is_checked_from_its_creation():
     expect(job, runs=since_created[-1:], missed=since_created[:-1])
 
 
-def test_a_new_leader_looks_back_past_runs_made_since_it_last_led():
-    # Nodes resumed before any leader looked (a database outage that also moved the lease):
-    # the latest run alone would hide the gap before it.
+def test_a_new_leader_settles_from_the_mark_whatever_runs_were_made_since():
+    # Nodes resumed before any leader looked (a database outage that also moved the lease): the
+    # latest run alone would hide the gap before it; the mark does not.
     job = minutely("every", last=None, misfire="skip")
-    JobDefinition.objects.filter(pk=job.pk).update(interval=timedelta(seconds=10))
+    JobDefinition.objects.filter(pk=job.pk).update(
+        interval=timedelta(seconds=10), settled_through=at("2026-05-28T08:58:00")
+    )
     won(job, at("2026-05-28T08:58:00"))
     won(job, at("2026-05-28T08:59:50"))
-    assert lookback() == timedelta(minutes=1)
     catch_up(fake_node(), NOW)
     gap = [at("2026-05-28T08:58:00") + k * timedelta(seconds=10) for k in range(1, 11)]
     missed = JobRun.objects.filter(job=job, state=RunState.MISSED).order_by("scheduled_at")
@@ -221,10 +229,11 @@ def test_occurrences_while_paused_or_disabled_are_not_misfires():
     disabled = minutely(misfire="skip", enabled=False)
     node = fake_node()
     assert catch_up(node, NOW) == 0
+    # A raw update bypasses save(), which would settle the job and move its mark; the leader
+    # still moved the marks of the disabled and paused jobs past what was not due.
     JobDefinition.objects.filter(pk__in=(paused.pk, disabled.pk)).update(
         paused_until=None, enabled=True
     )
-    node.cluster_jobs = load_planned("default", registry)
     assert catch_up(node, NOW + 2 * MINUTE) == 4
     for job in (paused, disabled):
         expect(job, runs=[], missed=[NOW, NOW + MINUTE], extra={LAST: LAST_RUN})
@@ -315,11 +324,15 @@ def test_nothing_is_announced_when_the_pass_rolls_back(announced, monkeypatch):
     assert announced == [] and not JobRun.objects.filter(state=RunState.MISSED).exists()
 
 
-def test_a_gap_seen_in_two_passes_is_made_up_for_once():
-    # The tail of an outage becomes visible one pass later; it is covered by the first catch-up.
+def test_a_gap_seen_in_two_passes_is_made_up_for_once_while_its_catch_up_is_queued():
+    # The tail of an outage becomes visible one pass later; the catch-up still queued from the
+    # first pass makes up for it too.
     job = minutely("every", last=None, overlap="allow")
-    JobDefinition.objects.filter(pk=job.pk).update(interval=timedelta(seconds=2))
-    won(job, NOW - timedelta(seconds=30))
+    last = NOW - timedelta(seconds=30)
+    JobDefinition.objects.filter(pk=job.pk).update(
+        interval=timedelta(seconds=2), settled_through=last
+    )
+    won(job, last)
     node = fake_node()
     catch_up(node, NOW)
     first = JobRun.objects.get(job=job, outcome=Outcome.CATCH_UP)
@@ -333,26 +346,50 @@ def test_a_gap_seen_in_two_passes_is_made_up_for_once():
         ("2026-05-28T08:59:58Z", RunState.MISSED),
         ("2026-05-28T09:00:00Z", RunState.MISSED),
         ("2026-05-28T09:00:02Z", RunState.MISSED),
-        ("2026-05-28T09:00:04Z", RunState.PENDING),
+        ("2026-05-28T09:00:04Z", RunState.MISSED),
     ]
-    assert tail[0].reason.endswith("due before the catch-up queued at 2026-05-28T09:00:00Z")
+    assert {r.reason for r in tail} == {
+        "no node fired it in time; fire_once: the catch-up run 2026-05-28T08:59:54Z is already "
+        "queued"
+    }
+    # Once it ran, the next misfire gets a catch-up of its own.
+    JobRun.objects.filter(pk=first.pk).update(state=RunState.SUCCEEDED)
+    catch_up(node, NOW + timedelta(seconds=14))
+    assert JobRun.objects.get(job=job, state=RunState.PENDING).key == "2026-05-28T09:00:08Z"
 
 
-def test_settled_until_reaches_back_to_the_start_of_the_earliest_live_node():
-    horizon = NOW - MISFIRE_GRACE - timedelta(seconds=app_settings.HEARTBEAT_INTERVAL)
-    assert settled_until("default", NOW) == horizon
-    WorkerNodeFactory(started_at=NOW - timedelta(hours=1), status=NodeStatus.DEAD)
-    WorkerNodeFactory(started_at=NOW - timedelta(hours=1), status=NodeStatus.STOPPED)
-    WorkerNodeFactory(started_at=NOW - timedelta(seconds=2))
-    assert settled_until("default", NOW) == NOW - timedelta(seconds=2)
-    WorkerNodeFactory(started_at=NOW - timedelta(minutes=1), status=NodeStatus.DRAINING)
-    assert settled_until("default", NOW) == horizon
+def test_the_horizon_reaches_back_to_the_start_of_the_earliest_live_node():
+    grace = NOW - MISFIRE_GRACE - timedelta(seconds=app_settings.HEARTBEAT_INTERVAL)
+    assert horizon("default", NOW, "me") == grace
+    beat = {"last_heartbeat": NOW}
+    WorkerNodeFactory(started_at=NOW - timedelta(hours=1), status=NodeStatus.DEAD, **beat)
+    WorkerNodeFactory(started_at=NOW - timedelta(hours=1), status=NodeStatus.STOPPED, **beat)
+    WorkerNodeFactory(started_at=NOW - timedelta(seconds=2), **beat)
+    assert horizon("default", NOW, "me") == NOW - timedelta(seconds=2)
+    WorkerNodeFactory(started_at=NOW - timedelta(minutes=1), status=NodeStatus.DRAINING, **beat)
+    assert horizon("default", NOW, "me") == grace
+
+
+def test_a_leader_ahead_of_the_other_nodes_never_settles_their_future():
+    """8.9: the horizon is never later than the others' latest heartbeat minus the grace."""
+    others = NOW - timedelta(minutes=5)  # the other nodes' clocks: this leader is 5 min ahead
+    WorkerNodeFactory(started_at=others - timedelta(hours=1), last_heartbeat=others)
+    WorkerNodeFactory(node_id="me", started_at=NOW - timedelta(hours=1), last_heartbeat=NOW)
+    assert horizon("default", NOW, "me") == others - MISFIRE_GRACE
+    job = minutely(misfire="skip", last=others - 3 * MINUTE)
+    catch_up(SimpleNamespace(node_id="me"), NOW)
+    job.refresh_from_db()
+    assert job.settled_through == others - MISFIRE_GRACE
+    assert not JobRun.objects.filter(job=job, scheduled_at__gt=others - MISFIRE_GRACE).exists()
 
 
 def test_a_freshly_started_cluster_is_settled_in_one_pass():
     job = minutely("every", last=None, misfire="run_all", catch_up_limit=2, overlap="allow")
-    JobDefinition.objects.filter(pk=job.pk).update(interval=timedelta(seconds=1))
-    won(job, NOW - timedelta(seconds=10))
+    last = NOW - timedelta(seconds=10)
+    JobDefinition.objects.filter(pk=job.pk).update(
+        interval=timedelta(seconds=1), settled_through=last
+    )
+    won(job, last)
     WorkerNodeFactory(started_at=NOW - timedelta(milliseconds=300))
     catch_up(fake_node(), NOW)
     rows = JobRun.objects.filter(job=job).exclude(outcome=Outcome.WON).order_by("scheduled_at")
@@ -362,7 +399,7 @@ def test_a_freshly_started_cluster_is_settled_in_one_pass():
 
 def test_missed_rows_per_pass_are_bounded(monkeypatch, caplog):
     monkeypatch.setattr(misfire, "MISSED_ROWS_LIMIT", 5)
-    monkeypatch.setattr(catchup, "SCAN_LIMIT", 7)
+    monkeypatch.setattr(settle, "SCAN_LIMIT", 7)
     job = minutely(misfire="skip")
     log = logging.getLogger(catchup.__name__)
     log.addHandler(caplog.handler)
@@ -373,7 +410,11 @@ def test_missed_rows_per_pass_are_bounded(monkeypatch, caplog):
     expect(job, runs=[], missed=GAP[-5:], extra={LAST: LAST_RUN})
     warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
     assert any("2 more missed occurrence(s) not recorded" in m for m in warnings)
-    assert any("only the latest 7" in m for m in warnings)
+    assert any("those before 2026-05-28T08:53:00Z were settled" in m for m in warnings)
+    job.refresh_from_db()
+    assert job.settled_through == NOW - MISFIRE_GRACE - timedelta(
+        seconds=app_settings.HEARTBEAT_INTERVAL
+    ), "settled through the horizon, older occurrences included"
 
 
 def test_concurrent_leaders_write_one_row_per_missed_occurrence(announced):
@@ -409,7 +450,7 @@ def test_concurrent_leaders_write_one_row_per_missed_occurrence(announced):
     assert sorted(keys) == sorted(missed) and set(keys.values()) == {1}, "announced twice"
 
 
-def test_each_settling_pass_leaves_one_cluster_event_and_missed_rows_name_the_leader():
+def test_each_settling_pass_leaves_one_cluster_event_and_missed_rows_belong_to_no_node():
     once, skip = minutely(overlap="skip"), minutely(misfire="skip")
     node = fake_node()
     catch_up(node, NOW)
@@ -420,10 +461,15 @@ def test_each_settling_pass_leaves_one_cluster_event_and_missed_rows_name_the_le
         f"{once.name}: 1 catch-up run(s) queued, 8 recorded missed, 0 skipped; "
         f"{skip.name}: 0 catch-up run(s) queued, 9 recorded missed, 0 skipped"
     )
+    # 8.5: a miss belongs to no node and no fence; its timeline names the leader that decided.
     missed = JobRun.objects.filter(state=RunState.MISSED)
-    assert set(missed.values_list("node", "finished_at", "created_at")) == {
-        (node.node_id, NOW, NOW)
+    assert set(missed.values_list("node", "fence", "finished_at", "created_at")) == {
+        ("", 0, NOW, NOW)
     }
+    assert set(
+        RunEvent.objects.filter(run__in=missed).values_list("kind", "node", "at")
+    ) == {(EventKind.MISSED, node.node_id, NOW)}
+    assert RunEvent.objects.filter(run__in=missed).count() == missed.count()
     pending = JobRun.objects.get(state=RunState.PENDING)
     assert (pending.node, pending.finished_at, pending.due_at) == ("", None, NOW)
 
@@ -432,7 +478,7 @@ def test_pending_catch_ups_wake_the_nodes(monkeypatch):
     minutely()
     node = fake_node()
     woken = []
-    monkeypatch.setattr(node.coordinator, "notify_pending", lambda: woken.append(True))
+    monkeypatch.setattr(type(get_coordinator()), "notify_pending", lambda self: woken.append(True))
     catch_up(node, NOW)
     assert woken == [True]
     catch_up(node, NOW)
@@ -449,6 +495,6 @@ def test_a_leader_without_a_jobs_tags_still_settles_its_misses():
     leader.reload()
     try:
         assert not any(p.definition.requires for p in leader.planned.values())
-        assert catch_up(leader, NOW) > 0
+        assert catchup.catch_up("default", leader.registry.names(), leader.node_id, NOW) > 0
     finally:
         leader.executor.shutdown()

@@ -263,11 +263,16 @@ def test_heartbeat_renews_only_the_leases_of_runs_this_node_executes(coordinator
     done = RunningRunFactory(node="a", state=RunState.SUCCEEDED, lease_expires_at=LEASE)
     later = LEASE + timedelta(minutes=1)
     orphan = RunningRunFactory(node="a", lease_expires_at=LEASE)  # claimed, never started here
+    # 8.7: taken over meanwhile under a higher fence by a process with the same node id.
+    stale = RunningRunFactory(node="a", fence=3, lease_expires_at=LEASE)
     stats = NodeStats(1.5, 3, 2, {"claimed_elsewhere": 2})
-    beat = coordinator.heartbeat("a", NOW, later, stats, [mine.pk, done.pk, theirs.pk])
+    sent = [(mine.pk, mine.fence), (done.pk, done.fence), (theirs.pk, theirs.fence)]
+    beat = coordinator.heartbeat("a", NOW, later, stats, [*sent, (stale.pk, 2)])
     assert beat.owned_runs == {mine.pk} and beat.status == "active"
     values = dict(JobRun.objects.values_list("pk", "lease_expires_at"))
-    assert values == {mine.pk: later, theirs.pk: LEASE, done.pk: LEASE, orphan.pk: LEASE}
+    assert values == {
+        mine.pk: later, theirs.pk: LEASE, done.pk: LEASE, orphan.pk: LEASE, stale.pk: LEASE
+    }
     from django_cluster_jobs.models import WorkerNode
 
     node = WorkerNode.objects.get(node_id="a")

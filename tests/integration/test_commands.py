@@ -46,8 +46,14 @@ def manage(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
 
 @pytest.fixture
 def every_second():
-    """A database-defined per-second cron job running the registered tests.manual."""
-    return JobDefinitionFactory(name="ticker", cron="* * * * * *", callable_name="tests.manual")
+    """A database-defined per-second cron job running the registered tests.manual, defined (so
+    settled through) a day before the occurrences these tests claim."""
+    return JobDefinitionFactory(
+        name="ticker",
+        cron="* * * * * *",
+        callable_name="tests.manual",
+        settled_through=T0 - timedelta(days=1),
+    )
 
 
 # -- runjob: once per occurrence -------------------------------------------------------------
@@ -178,6 +184,49 @@ def test_a_disabled_job_is_not_run_and_exits_0(every_second):
     out = runjob("ticker", "--at", "2026-05-28T09:00:00Z")
     assert "not run, the job is disabled" in out
     assert not JobRun.objects.exists()
+
+
+GATES = {
+    "buffer_one": ({"overlap": "buffer_one"}, "buffered: a node runs it as soon as"),
+    "max_concurrency": (
+        {"overlap": "allow", "max_concurrency": 1},
+        "not claimed: max_concurrency 1 reached",
+    ),
+    "queue": ({"overlap": "allow", "queue": "limited"}, "not claimed: queue 'limited' limit 2"),
+}
+
+
+@pytest.mark.parametrize("gate", GATES)
+def test_runjob_claims_through_the_same_gates_as_the_scheduler(gate):
+    """8.6: an external trigger respects overlap, concurrency and queue limits."""
+    fields, expected = GATES[gate]
+    job = JobDefinitionFactory(
+        name="gated", cron="* * * * * *", callable_name="tests.manual",
+        settled_through=T0 - timedelta(days=1), **fields,
+    )  # fmt: skip
+    busy = 2 if gate == "queue" else 1
+    for n in range(busy):
+        live = job if gate != "queue" else JobDefinitionFactory(name=f"q{n}", queue="limited")
+        JobRunFactory(job=live, key=f"live-{n}", state=RunState.RUNNING, node="elsewhere",
+                      lease_expires_at=timezone.now() + timedelta(minutes=1))  # fmt: skip
+    out = runjob("gated", "--at", "2026-05-28T09:00:00Z")
+    assert expected in out, out
+    assert not Effect.objects.exists(), "ran beside the live run"
+    row = JobRun.objects.get(job=job, key="2026-05-28T09:00:00Z")
+    assert row.state == (RunState.PENDING if gate == "buffer_one" else RunState.SKIPPED)
+
+
+def test_runjob_with_cancel_other_cancels_the_live_run_then_runs():
+    job = JobDefinitionFactory(
+        name="newest", cron="* * * * * *", callable_name="tests.manual",
+        overlap="cancel_other", settled_through=T0 - timedelta(days=1),
+    )  # fmt: skip
+    live = JobRunFactory(job=job, key="live", state=RunState.RUNNING, node="elsewhere",
+                         lease_expires_at=timezone.now() + timedelta(minutes=1))  # fmt: skip
+    out = runjob("newest", "--at", "2026-05-28T09:00:00Z")
+    assert ": succeeded" in out
+    live.refresh_from_db()
+    assert live.cancel_requested and Effect.objects.count() == 1
 
 
 def test_the_lease_is_renewed_while_the_handler_runs(monkeypatch):

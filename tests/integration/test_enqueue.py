@@ -16,6 +16,7 @@ import pytest
 from django.conf import settings
 from django.db import connection, connections, transaction
 from django.test import override_settings
+from django.utils import timezone
 
 from django_cluster_jobs import InvalidPayload, registry, services
 from django_cluster_jobs.conf import app_settings
@@ -163,7 +164,7 @@ def test_a_caller_whose_clock_is_wrong_still_enqueues_a_run_due_now(monkeypatch,
         services.definition_for("tests.manual")
     WorkerNodeFactory()  # a node has run, so the database's clock is readable
     wrong = datetime.now(UTC) + timedelta(hours=1)
-    monkeypatch.setattr(services.timezone, "now", lambda: wrong)
+    monkeypatch.setattr(timezone, "now", lambda: wrong)
     before = datetime.now(UTC)
     run = services.enqueue("tests.manual")
     after = datetime.now(UTC)
@@ -176,7 +177,7 @@ def test_a_caller_whose_clock_is_wrong_still_enqueues_a_run_due_now(monkeypatch,
 def test_replay_is_due_on_the_database_clock(monkeypatch):
     WorkerNodeFactory()
     original = JobRunFactory(job=services.definition_for("tests.manual"), state=RunState.DEAD)
-    monkeypatch.setattr(services.timezone, "now", lambda: datetime.now(UTC) + timedelta(hours=1))
+    monkeypatch.setattr(timezone, "now", lambda: datetime.now(UTC) + timedelta(hours=1))
     fresh = services.replay(original)
     assert abs(JobRun.objects.get(pk=fresh.pk).due_at - datetime.now(UTC)) < timedelta(seconds=2)
 

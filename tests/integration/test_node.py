@@ -14,6 +14,7 @@ from django_cluster_jobs.coordination import get_coordinator
 from django_cluster_jobs.engine import Node
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState
 from tests.conftest import wait_until
+from tests.factories import RunningRunFactory
 from tests.models import Effect
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -40,16 +41,29 @@ def node():
     coordinator = FlakyCoordinator()
     node = Node("in-process", coordinator=coordinator, threads=2)
     node.start()
-    JobDefinition.objects.filter(name="tests.every_second").update(enabled=True)
+    enable("tests.every_second")
     node.reload()
     yield node
     node.stop()
 
 
+def enable(name: str) -> None:
+    """Enable a job as the admin does (through save(), which moves the job's mark)."""
+    job = JobDefinition.objects.get(name=name)
+    job.enabled = True
+    job.save()
+
+
 def fire(node: Node, name: str) -> None:
-    """Make ``name`` due now and run one tick."""
+    """Make the next occurrence of ``name`` due, then run one tick at it."""
+    planned = node.planned[name]
+    due = planned.schedule.next_after(max(node.clock.now(), planned.definition.settled_through))
+    time.sleep(max(0.0, (due - node.clock.now()).total_seconds()))
+    if node._reload.is_set():  # a change the heartbeat noticed: re-plan now, not in the tick
+        node._reload.clear()
+        node.reload()
     node.planner.clear()
-    node.planner.push(node.clock.now().replace(microsecond=0), name)
+    node.planner.push(due, name)
     node.tick()
 
 
@@ -234,7 +248,6 @@ def test_a_node_whose_clock_is_off_starts_and_plans_in_cluster_time(minutes):
     from django_cluster_jobs.engine import Clock
     from django_cluster_jobs.models import WorkerNode
 
-    JobDefinition.objects.filter(name="tests.every_second").update(enabled=True)
     before = datetime.now(UTC)
     node = Node("skewed", clock=Clock(skew=timedelta(minutes=minutes)), threads=2)
     node.start()
@@ -247,7 +260,121 @@ def test_a_node_whose_clock_is_off_starts_and_plans_in_cluster_time(minutes):
         due = sorted(
             at for at, name in node.planner.pop_due(after + margin) if name == "tests.every_second"
         )
-        assert due and due[0] == every_second.next_after(node._collected_until)
-        assert abs(node._collected_until - started) < timedelta(milliseconds=50)
+        assert due and due[0] == every_second.next_after(node._started_at)
+        assert abs(node._started_at - started) < timedelta(milliseconds=50)
     finally:
         node.stop()
+
+
+# -- issue: recovery that never repeats or drops an occurrence -------------------------------
+
+
+@pytest.mark.parametrize("change", ["disabled", "paused"])
+def test_a_claim_the_gate_refuses_is_counted_by_its_reason_not_as_lost(node, change):
+    """8.10: the node's copy says the job runs; the database refuses the claim."""
+    far = node.clock.now() + timedelta(hours=1)
+    fields = {"enabled": False} if change == "disabled" else {"paused_until": far}
+    JobDefinition.objects.filter(name="tests.every_second").update(**fields)  # unseen yet
+    fire(node, "tests.every_second")
+    assert not JobRun.objects.exists()
+    assert node.counters.skipped[change] == 1
+    assert (node.counters.lost, node.counters.skipped["claimed_elsewhere"]) == (0, 0)
+
+
+def test_a_run_that_starts_during_a_heartbeat_is_not_taken_for_lost(node, monkeypatch):
+    """8.12: only what the database answers about the runs the heartbeat sent decides."""
+    from django_cluster_jobs.coordination import Won
+    from django_cluster_jobs.engine.runner import Active
+
+    run = RunningRunFactory(node=node.node_id)
+    planned = node.planned["tests.manual"]
+    won = Won(run.pk, run.job_id, run.key, run.fence)
+    active = Active(won, planned, node.runner.context(won, planned, run.scheduled_at, {}), 0.0)
+    real = node.coordinator.real.heartbeat
+
+    def registers_meanwhile(*args, **kwargs):
+        with node.runner._lock:  # Runner.run registering between the snapshot and the answer
+            node.runner.running[run.pk] = active
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(node.coordinator, "heartbeat", registers_meanwhile, raising=False)
+    node.heartbeat._renew()
+    assert not active.context.cancelled and active.why == ""
+    node.heartbeat._renew()  # now sent, and the database confirms it under its fence
+    assert not active.context.cancelled
+    JobRun.objects.filter(pk=run.pk).update(fence=run.fence + 1)  # taken over meanwhile
+    node.heartbeat._renew()
+    assert active.context.cancelled and active.why == "lost"
+
+
+def test_the_clock_offset_is_exact_where_the_database_is_on_this_host():
+    """8.8: on SQLite the offset is known, not estimated; elsewhere it is measured."""
+    from django_cluster_jobs.engine import Clock
+    from django_cluster_jobs.models import WorkerNode
+
+    for skew, name in ((timedelta(0), "true"), (timedelta(seconds=2.5), "ahead")):
+        node = Node(name, clock=Clock(skew=skew), threads=1)
+        node.start()
+        try:
+            offset = WorkerNode.objects.get(node_id=name).clock_offset_ms
+            if node.coordinator.clock_is_local:
+                assert node.clock.offset == -skew and offset == -skew.total_seconds() * 1000
+            else:
+                assert abs(offset + skew.total_seconds() * 1000) < 100
+        finally:
+            node.stop()
+
+
+def test_a_handler_never_starts_before_its_occurrence_by_cluster_time(node):
+    """8.8: a claim a few milliseconds early (an offset corrected meanwhile) waits for its time."""
+    from django_cluster_jobs import signals
+    from django_cluster_jobs.coordination import Claim
+
+    planned = node.planned["tests.manual"]
+    due = node.clock.now() + timedelta(milliseconds=300)
+    claim = Claim(planned.definition.pk, "early", due)
+    [won] = node.coordinator.claim([claim], node.node_id, node.clock.now(),
+                                   node.clock.now() + timedelta(seconds=30))  # fmt: skip
+    started = []
+
+    def at_start(sender, **kwargs):
+        started.append(node.clock.now())
+
+    signals.run_started.connect(at_start)
+    try:
+        node.runner.run(won, planned, due, {})
+    finally:
+        signals.run_started.disconnect(at_start)
+    assert started and started[0] >= due
+
+
+def test_a_deposed_leaders_chores_write_nothing(node):
+    """A leader whose lease was taken over reaps, buries, purges and settles nothing."""
+    from datetime import UTC, datetime
+
+    from django.db.models import F
+
+    from django_cluster_jobs.models import Lease, NodeStatus, WorkerNode
+    from tests.factories import JobDefinitionFactory, JobRunFactory, WorkerNodeFactory
+
+    leader = node.leader
+    wait_until(lambda: leader.held is not None, timeout=10)
+    now = node.clock.now()
+    expired = RunningRunFactory(node="gone", lease_expires_at=now - timedelta(minutes=1))
+    WorkerNodeFactory(node_id="silent", last_heartbeat=now - timedelta(hours=1))
+    old = JobRunFactory(finished_at=now - timedelta(days=60), scheduled_at=now - timedelta(days=60))
+    missed = JobDefinitionFactory(cron="* * * * * *", overlap="allow",
+                                  settled_through=now - timedelta(minutes=1))  # fmt: skip
+    node.heartbeat.stop()  # nothing else beats meanwhile
+    Lease.objects.filter(name="leader").update(
+        holder="usurper", token="other", fence=F("fence") + 1,
+        expires_at=datetime(2099, 1, 1, tzinfo=UTC),
+    )  # fmt: skip
+    leader._last_purge = None
+    assert leader.chores(now) is False and leader.held is None
+    expired.refresh_from_db()
+    assert (expired.state, expired.fence) == (RunState.RUNNING, 1)
+    assert WorkerNode.objects.get(node_id="silent").status == NodeStatus.ACTIVE
+    assert JobRun.objects.filter(pk=old.pk).exists()
+    assert not JobRun.objects.filter(job=missed).exists()
+    assert JobDefinition.objects.get(pk=missed.pk).settled_through == now - timedelta(minutes=1)

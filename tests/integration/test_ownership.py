@@ -159,31 +159,30 @@ def test_mark_dead_nodes(coordinator):
     assert ClusterEvent.objects.get().node == "old"
 
 
-def test_purge_keeps_live_runs_recent_runs_and_the_latest_of_each_job(coordinator):
+def test_purge_keeps_live_runs_recent_runs_and_the_latest_run_of_each_fixed_delay_job(
+    coordinator,
+):
+    """No recovery decision reads finished rows (the marks stand for them), so the latest run of
+    a job goes like any other; a fixed-delay job's latest run times its next one, and stays."""
     job, other = JobDefinitionFactory(), JobDefinitionFactory()
+    delay = JobDefinitionFactory(schedule_kind="delay", cron="", interval=timedelta(days=40))
     old = T0 - timedelta(days=30)
     doomed = JobRunFactory(job=job, scheduled_at=old, finished_at=old)
     latest_of_other = JobRunFactory(job=other, scheduled_at=old, finished_at=old)
     live = RunningRunFactory(job=job, scheduled_at=old)
     recent = JobRunFactory(job=job, scheduled_at=T0 - timedelta(days=1), finished_at=T0)
-    assert coordinator.purge(T0, timedelta(days=14)) == 1
+    before_delay = JobRunFactory(job=delay, scheduled_at=old - timedelta(days=40), finished_at=old)
+    latest_delay = JobRunFactory(job=delay, scheduled_at=old, finished_at=old)
+    assert coordinator.purge(T0, timedelta(days=14)) == 3
     remaining = set(JobRun.objects.values_list("pk", flat=True))
-    assert remaining == {latest_of_other.pk, live.pk, recent.pk}
-    assert doomed.pk not in remaining
+    assert remaining == {live.pk, recent.pk, latest_delay.pk}
+    assert {doomed.pk, latest_of_other.pk, before_delay.pk}.isdisjoint(remaining)
 
 
-def test_retention_is_never_shorter_than_twice_the_longest_interval():
-    from types import SimpleNamespace
-
+def test_retention_is_the_setting_whatever_the_schedules():
     from django_cluster_jobs.engine.leader import retention
-    from django_cluster_jobs.schedules import Every
 
-    planned = [
-        SimpleNamespace(
-            schedule=Every(timedelta(days=20)), definition=SimpleNamespace(catch_up_window=None)
-        )
-    ]
-    assert retention(planned) == timedelta(days=40)
+    assert retention() == timedelta(days=14)
 
 
 def test_cluster_lock_is_exclusive_fenced_and_released():
@@ -220,3 +219,37 @@ def test_cluster_lock_is_lost_when_it_cannot_be_renewed_before_it_expires(monkey
 
         monkeypatch.setattr(leases, "acquire", unreachable)
         assert handle.lost.wait(3)
+
+
+@pytest.mark.parametrize("attempt", [1, 3], ids=["released", "buried"])
+def test_a_lease_renewed_between_the_reapers_read_and_its_write_is_kept(
+    coordinator, monkeypatch, attempt
+):
+    """8.7: the reaper's write re-checks the expiry, so a renewal that lands in between wins."""
+    job = JobDefinitionFactory(max_attempts=1)
+    run = RunningRunFactory(
+        job=job, node="slow", attempt=attempt, lease_expires_at=T0 - timedelta(seconds=1)
+    )
+    name = "_release" if attempt == 1 else "_bury"
+    write = getattr(type(coordinator), name)
+
+    def renewed_first(self, pk, *args, **kwargs):
+        JobRun.objects.filter(pk=pk).update(lease_expires_at=T0 + TTL)  # its owner's heartbeat
+        return write(self, pk, *args, **kwargs)
+
+    monkeypatch.setattr(type(coordinator), name, renewed_first)
+    assert coordinator.reap_expired(T0, "leader") == 0
+    run.refresh_from_db()
+    assert (run.state, run.fence, run.node, run.attempt) == (RunState.RUNNING, 1, "slow", attempt)
+    assert not run.events.exists()
+
+
+def test_a_purge_keeps_rows_after_their_jobs_mark_however_short_the_retention(coordinator):
+    """The next settling pass reads the rows after the mark: purging one would let its
+    occurrence be decided again (found by the protocol model)."""
+    job = JobDefinitionFactory(settled_through=T0 - timedelta(seconds=10))
+    before = JobRunFactory(job=job, scheduled_at=T0 - timedelta(seconds=20), finished_at=T0)
+    after = JobRunFactory(job=job, scheduled_at=T0 - timedelta(seconds=5), finished_at=T0)
+    assert coordinator.purge(T0 + timedelta(seconds=1), timedelta(0)) == 1
+    assert list(JobRun.objects.values_list("pk", flat=True)) == [after.pk]
+    assert not JobRun.objects.filter(pk=before.pk).exists()

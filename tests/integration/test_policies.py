@@ -12,29 +12,18 @@ from django.db import connections
 
 from django_cluster_jobs import services, signals
 from django_cluster_jobs.coordination import get_coordinator
-from django_cluster_jobs.engine.clock import Clock
 from django_cluster_jobs.engine.node import sync_definitions
 from django_cluster_jobs.engine.planner import load_planned
 from django_cluster_jobs.engine.runner import Runner
 from django_cluster_jobs.models import ClusterEvent, EventKind, JobDefinition, JobRun, RunState
 from django_cluster_jobs.registry import registry
 from django_cluster_jobs.retry import Backoff
+from tests.clocks import FixedClock
 from tests.conftest import database_url
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 T0 = datetime(2026, 5, 28, 9, 0, tzinfo=UTC)
-
-
-class FixedClock(Clock):
-    """A clock the test moves by hand."""
-
-    def __init__(self, at: datetime) -> None:
-        super().__init__()
-        self.at = at
-
-    def local(self) -> datetime:
-        return self.at
 
 
 @pytest.fixture
@@ -278,3 +267,27 @@ def test_run_skipped_is_sent_once_per_occurrence_however_many_nodes_skip_it(env)
     assert skipped["sender"] == "tests.every_second" and skipped["key"] == claim.key
     assert skipped["reason"] == "overlap: the previous run is still live"
     assert JobRun.objects.filter(key=claim.key, state=RunState.SKIPPED).count() == 1
+
+
+def test_a_breaker_without_a_cooldown_opens_for_five_minutes_and_the_run_concludes(env):
+    """8.11: a database job may set breaker_threshold alone; the breaker still opens."""
+    from tests.factories import JobDefinitionFactory
+
+    runner, clock, planned, _sent = env
+    job = JobDefinitionFactory(
+        name="db-breaker", callable_name="tests.breaker", schedule_kind="delay", cron="",
+        interval=timedelta(seconds=30), breaker_threshold=2, breaker_cooldown=None,
+        overlap="buffer_one",
+    )  # fmt: skip
+    planned = load_planned("default", registry)
+    done = []
+    for _ in range(2):
+        services.enqueue("db-breaker", at=T0)
+        p = planned["db-breaker"]
+        [won] = runner.coordinator.claim_pending(
+            "n1", [job.pk], 1, clock.now(), clock.now() + timedelta(seconds=30)
+        )
+        runner.run(won, p, won.scheduled_at, won.payload, on_done=done.append)
+    job.refresh_from_db()
+    assert job.paused_until == T0 + timedelta(minutes=5)
+    assert done == [T0, T0], "the fixed-delay job was planned again after each run"

@@ -204,11 +204,17 @@ def test_a_skewed_node_neither_double_runs_nor_steals_a_lease(start_scheduler, s
         assert node.wait(timeout=40) == 0, node.output()
     run.refresh_from_db()
     assert run.state == RunState.SUCCEEDED and run.attempt == 1, "a live lease was stolen"
-    every = sorted(
-        JobRun.objects.filter(job__name="tests.every_second").values_list("scheduled_at", flat=True)
-    )
+    runs = JobRun.objects.filter(job__name="tests.every_second")
+    every = sorted(runs.values_list("scheduled_at", flat=True))
     assert len(every) == len(set(every)) >= 8
     assert all(abs(at - timezone.now()) < timedelta(minutes=1) for at in every)
+    # What the unique constraint does not give: each handler ran once, and none started before
+    # its occurrence by cluster time, on the skewed node as on the other.
+    effects = Effect.objects.filter(job="tests.every_second").values_list("key", flat=True)
+    assert sorted(effects) == sorted(runs.values_list("key", flat=True))
+    early = [(r.key, r.node, r.started_at) for r in runs if r.started_at < r.scheduled_at]
+    assert not early, early
+    assert runs.filter(node="skewed").exists(), "the skewed node fired nothing"
     offset = WorkerNode.objects.get(node_id="skewed").clock_offset_ms
     assert abs(offset + float(skew) * 1000) < 500
 

@@ -228,31 +228,19 @@ def test_checks_are_registered_without_the_database_tag():
     assert checks.Tags.database not in check_sqlite_version.tags
 
 
-# -- W001, W002, E003 ---------------------------------------------------------------------------
+# -- W002, E003 -------------------------------------------------------------------------------
 
 from django_cluster_jobs.checks import (  # noqa: E402
-    check_retention,
     check_stored_callables,
     check_timings,
 )
 
 
-def test_w001_retention_shorter_than_twice_an_interval(settings):
+def test_w001_is_retired_and_reported_for_no_retention(settings):
+    """Retention no longer bounds correctness (each job's mark does), so nothing warns of it."""
     settings.CLUSTER_JOBS = {**settings.CLUSTER_JOBS, "RETENTION_DAYS": 0.00001}
-    warnings = [w for w in check_retention() if "'tests.rate'" in w.msg]
-    assert warnings == [
-        checks.Warning(
-            "Job 'tests.rate': RETENTION_DAYS (1e-05) is shorter than twice its interval or "
-            "catch-up window (0:00:02).",
-            hint="Set CLUSTER_JOBS['RETENTION_DAYS'] to at least 4.62963e-05; the leader keeps "
-            "runs that long anyway.",
-            id="cluster_jobs.W001",
-        )
-    ]
-
-
-def test_w001_silent_with_the_default_retention(settings):
-    assert check_retention() == []
+    ids = {message.id for message in checks.run_checks(include_deployment_checks=True)}
+    assert "cluster_jobs.W001" not in ids
 
 
 def test_w002_lease_shorter_than_two_heartbeats(settings):

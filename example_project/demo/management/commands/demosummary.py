@@ -9,7 +9,10 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db.models import Count
 from django.utils.dateparse import parse_datetime
 
-from django_cluster_jobs.models import JobRun
+from django_cluster_jobs.models import JobRun, RunState
+
+#: Rows for occurrences that did not run: they belong to no node.
+NOT_RUN = (RunState.MISSED, RunState.SKIPPED)
 
 
 def aware_datetime(text: str) -> datetime:
@@ -40,10 +43,11 @@ class Command(BaseCommand):
         if options["since"]:
             runs = runs.filter(created_at__gte=options["since"])
         rows = list(runs.values_list("job__name", "node", "scheduled_at", "state"))
-        if not rows:
+        ran = [row for row in rows if row[3] not in NOT_RUN]
+        if not ran:
             raise CommandError("no demo runs found: did the scheduler nodes start?")
-        self.per_job(rows)
-        self.totals(runs, rows)
+        self.per_job(ran)
+        self.totals(runs, ran, Counter(row[3] for row in rows if row[3] in NOT_RUN))
 
     def per_job(self, rows):
         by_job: dict[str, Counter] = defaultdict(Counter)
@@ -53,7 +57,7 @@ class Command(BaseCommand):
             nodes = "  ".join(f"{n}: {c}" for n, c in sorted(by_job[name].items()))
             self.stdout.write(f"  {name:<24} {sum(by_job[name].values()):>4} runs   {nodes}")
 
-    def totals(self, runs, rows):
+    def totals(self, runs, rows, not_run: Counter):
         duplicates = runs.values("job", "key").annotate(n=Count("id")).filter(n__gt=1).count()
         per_node = Counter(node for _, node, _, _ in rows)
         ticks = [at for name, _, at, _ in rows if name == "demo.tick"]
@@ -62,7 +66,8 @@ class Command(BaseCommand):
         line = (
             f"{len(rows)} runs; runs per node: {nodes}; (job, occurrence) claimed twice: "
             f"{duplicates}; demo.tick seconds missed: {missing_seconds(ticks)} of "
-            f"{len(set(ticks)) + missing_seconds(ticks)}; failed: {failed}"
+            f"{len(set(ticks)) + missing_seconds(ticks)}; failed: {failed}; not run: "
+            f"{not_run[RunState.MISSED]} recorded missed, {not_run[RunState.SKIPPED]} skipped"
         )
         style = self.style.SUCCESS if duplicates == 0 and failed == 0 else self.style.ERROR
         self.stdout.write(style(f"Summary: {line}"))

@@ -1,0 +1,1 @@
+"""Portable ledger operations, written once over the ORM: settling, definition changes."""

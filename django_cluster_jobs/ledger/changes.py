@@ -1,0 +1,101 @@
+"""Definition changes: each one that alters what is due settles the job and moves its mark.
+
+Saving a JobDefinition (the admin, the services, the scheduler's sync of code jobs, application
+code calling ``save()``) goes through :func:`save_definition`:
+
+- a new job's mark is the cluster time of its creation, so nothing from before it exists is due;
+- a change of a column in :data:`DUE_FIELDS` first settles the job's unclaimed occurrences up to
+  the change's cluster time under the definition as stored (by its misfire policy; a pause or a
+  disable only records them missed), then moves the mark to that instant and bumps
+  ``revision``, in the same transaction. Claims that nodes planned from an older revision are
+  refused. Occurrences before a change follow the old definition, those after it the new one,
+  and nothing from before a change is ever caught up under the new one (a pause is never caught
+  up at resume, an edited schedule never fires its past).
+
+``QuerySet.update()`` bypasses this, as it bypasses ``save()``; the library never uses it on these
+columns, and the leader still moves the marks of disabled and paused jobs past what is not due.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from datetime import datetime
+from typing import Any
+
+from django.db import router, transaction
+
+from ..coordination import get_coordinator
+from ..models import JobDefinition
+from .settle import settle
+
+#: Columns whose change alters which occurrences are due.
+DUE_FIELDS = (
+    "schedule_kind", "cron", "timezone", "interval", "placement", "enabled", "paused_until",
+)  # fmt: skip
+
+
+#: Changes that stop a job: what fell due before them is recorded missed, never run after them.
+STOPS = ("paused", "disabled")
+
+
+def cluster_now(using: str) -> datetime:
+    """Return cluster time: the ledger database's clock."""
+    return get_coordinator(using).db_now()
+
+
+def due_changed(
+    stored: JobDefinition, changed: JobDefinition, written: Collection[str] | None = None
+) -> bool:
+    """True when saving ``changed`` (only the columns ``written``, if given) over ``stored``
+    alters what is due."""
+    names = DUE_FIELDS if written is None else [f for f in DUE_FIELDS if f in written]
+    return any(getattr(stored, name) != getattr(changed, name) for name in names)
+
+
+def save_definition(
+    definition: JobDefinition, save: Callable[..., None], *args: Any, **kwargs: Any
+) -> None:
+    """Save ``definition`` with ``save`` (Model.save), keeping its mark's invariant."""
+    using = kwargs.get("using") or router.db_for_write(JobDefinition, instance=definition)
+    kwargs["using"] = using
+    with transaction.atomic(using=using):
+        stored = _locked(using, definition)
+        if stored is None:
+            if definition.settled_through is None:
+                definition.settled_through = cluster_now(using)
+        elif due_changed(stored, definition, kwargs.get("update_fields")):
+            now, what = cluster_now(using), _what(stored, definition)
+            cause = f"not claimed before the job was {what}"
+            settle(using, [stored], now, now, cause=cause, record_only=what in STOPS)
+            definition.settled_through, definition.revision = now, stored.revision + 1
+            _also_write(kwargs, "settled_through", "revision")
+        else:  # the leader may have moved the mark since this copy was read: never move it back
+            definition.settled_through = stored.settled_through
+            definition.revision = stored.revision
+        save(*args, **kwargs)
+
+
+def _locked(using: str, definition: JobDefinition) -> JobDefinition | None:
+    """Return the stored row, locked until the transaction ends; None for a new one."""
+    if definition.pk is None or definition._state.adding:
+        return None
+    rows = JobDefinition.objects.using(using).filter(pk=definition.pk)
+    features = get_coordinator(using).connection.features
+    if features.has_select_for_update:
+        rows = rows.select_for_update(no_key=features.has_select_for_no_key_update)
+    return rows.first()
+
+
+def _also_write(kwargs: dict[str, Any], *names: str) -> None:
+    fields = kwargs.get("update_fields")
+    if fields is not None:
+        kwargs["update_fields"] = {*fields, *names}
+
+
+def _what(stored: JobDefinition, changed: JobDefinition) -> str:
+    """Name the change in the reasons of the rows it settles."""
+    if stored.enabled != changed.enabled:
+        return "enabled" if changed.enabled else "disabled"
+    if stored.paused_until != changed.paused_until:
+        return "resumed" if changed.paused_until is None else "paused"
+    return "rescheduled"

@@ -1,0 +1,1 @@
+"""Pure policy decisions: no database and no clock; the ledger and the engine apply them."""
