@@ -15,7 +15,7 @@ def main(job: str, fields: dict[str, Any], payload: dict, out: Any) -> None:
     from django.db import connections
 
     from .context import RunContext
-    from .engine.runner import jsonable
+    from .engine.handlers import call, safe_text, storable
     from .registry import registry
 
     declared = registry.get(fields["callable_name"])
@@ -27,16 +27,9 @@ def main(job: str, fields: dict[str, Any], payload: dict, out: Any) -> None:
         **{k: v for k, v in fields.items() if k != "callable_name"}, payload=payload, logger=logger
     )
     try:
-        out.send(("ok", jsonable(declared.invoke(ctx, payload)), "", "", ""))
-    except Exception as exc:
-        out.send(
-            (
-                "error",
-                None,
-                f"{type(exc).__name__}: {exc}",
-                traceback.format_exc(),
-                type(exc).__name__,
-            )
-        )
+        out.send(("ok", storable(call(declared, ctx, payload)), "", "", ""))
+    except BaseException as exc:  # SystemExit too: the parent records it
+        error, trace = f"{type(exc).__name__}: {exc}", traceback.format_exc()
+        out.send(("error", None, safe_text(error), safe_text(trace), type(exc).__name__))
     finally:
         connections.close_all()

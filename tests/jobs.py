@@ -2,7 +2,9 @@
 
 import os
 import time
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from uuid import UUID
 
 from django_cluster_jobs import RunContext, job
 
@@ -257,3 +259,46 @@ def queue_b(ctx: RunContext) -> None:
 @job(name="tests.pair", overlap="allow", max_concurrency=2)
 def pair(ctx: RunContext) -> None:
     _busy(ctx, 1.5)
+
+
+# -- containment: odd results, odd text, async handlers, exits ----------------------------------
+
+ODD = {
+    "datetime": lambda: datetime(2026, 5, 28, 9, 0, tzinfo=UTC),
+    "decimal": lambda: Decimal("1.50"),
+    "uuid": lambda: UUID("12345678-1234-5678-1234-567812345678"),
+    "nul": lambda: "before\x00after",
+    "nan": lambda: float("nan"),
+    "object": lambda: object(),
+    "nested": lambda: {"when": [Decimal("2")], "text": "a\x00b"},
+}
+
+
+@job(name="tests.odd_result")
+def odd_result(ctx: RunContext, kind: str = "datetime"):
+    """Return a value the plain JSON encoder cannot store."""
+    record(ctx)
+    return ODD[kind]()
+
+
+@job(name="tests.nul_error")
+def nul_error(ctx: RunContext) -> None:
+    record(ctx)
+    raise RuntimeError("bad\x00text")
+
+
+@job(name="tests.exits")
+def exits(ctx: RunContext) -> None:
+    record(ctx)
+    raise SystemExit(3)
+
+
+@job(name="tests.async_job")
+async def async_job(ctx: RunContext, seconds: float = 0.01) -> str:
+    import asyncio
+
+    from asgiref.sync import sync_to_async
+
+    await sync_to_async(record)(ctx)
+    await asyncio.sleep(seconds)
+    return "awaited"

@@ -54,31 +54,18 @@ class OwnershipMixin:
         self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
     ) -> list[Won]:
         """Take up to ``limit`` due pending runs of ``job_ids``, by priority with aging."""
-        from .base import Won
-        from .pending import ranked
+        from .pending import pick, won_of
 
         if not job_ids or limit < 1:
             return []
         with transaction.atomic(using=self.alias):
-            due = ranked(JobRun.objects.using(self.alias).due(now).filter(job_id__in=job_ids))
+            due = JobRun.objects.using(self.alias).due(now).filter(job_id__in=job_ids)
             if self.connection.features.has_select_for_update_skip_locked:  # type: ignore[attr-defined]
                 due = due.select_for_update(skip_locked=True)
-            picked = list(due.values_list("pk", "fence", "reason")[:limit])
             taken = []
-            for pk, fence, reason in picked:
+            for pk, fence, reason in pick(due, limit, now):
                 if self._take(pk, fence, node, now, lease_until, reason):
-                    run = JobRun.objects.using(self.alias).get(pk=pk)
-                    taken.append(
-                        Won(
-                            pk,
-                            run.job_id,
-                            run.key,
-                            run.fence,
-                            run.attempt,
-                            run.scheduled_at,
-                            run.payload,
-                        )
-                    )
+                    taken.append(won_of(JobRun.objects.using(self.alias).get(pk=pk)))
         return taken
 
     def _take(

@@ -2,9 +2,9 @@
 
 A due pending run ranks ``priority + seconds overdue / PRIORITY_AGING``: highest first, then the
 earliest due, then the oldest. Waiting PRIORITY_AGING seconds is worth one priority point, so a
-low-priority run is eventually taken before fresh high-priority ones and cannot starve. For a
-given ``now`` the rank orders runs exactly like ``due_at - priority * PRIORITY_AGING`` ascending
-(an "effective due time"), which is what the portable ORM path and the Python sort compute.
+low-priority run is eventually taken before fresh high-priority ones and cannot starve. A stored
+priority outside ``PRIORITY_MIN``…``PRIORITY_MAX`` (written before it was validated) ranks as the
+nearest bound, so no stored value can make the ranking overflow or fail for the other runs.
 """
 
 from __future__ import annotations
@@ -15,9 +15,14 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Case, DateTimeField, F, QuerySet, Value, When
+from django.db.models import QuerySet
 
 from ..conf import app_settings
+
+try:  # the one validator's bounds
+    from ..validation import PRIORITY_MAX, PRIORITY_MIN
+except ImportError:  # pragma: no cover
+    PRIORITY_MIN, PRIORITY_MAX = -100, 100
 from ..models import JobRun
 from . import sql
 from .base import Won, dt_param
@@ -31,11 +36,19 @@ def aging_step() -> timedelta | None:
     return timedelta(seconds=seconds)
 
 
-def rank_key(aging: timedelta | None) -> Callable[[JobRun], tuple[Any, ...]]:
-    """Return a sort key that puts runs in the order they are taken."""
+def bounded(priority: int) -> int:
+    """The priority a run ranks with: its own, within PRIORITY_MIN…PRIORITY_MAX."""
+    return max(PRIORITY_MIN, min(PRIORITY_MAX, priority))
+
+
+def rank_key(
+    aging: timedelta | None, now: datetime
+) -> Callable[[tuple[Any, ...]], tuple[Any, ...]]:
+    """Return a sort key over (pk, due_at, priority) that puts runs in the order they are taken;
+    plain float arithmetic, so no stored due time or priority can overflow it."""
     if aging is None:
-        return lambda run: (-run.priority, run.due_at, run.pk)
-    return lambda run: (run.due_at - aging * run.priority, run.due_at, run.pk)
+        return lambda row: (-bounded(row[2]), row[1], row[0])
+    return lambda row: (-(bounded(row[2]) + (now - row[1]) / aging), row[1], row[0])
 
 
 def _sql_order(connection: Any, dialect: str, now: datetime) -> tuple[str, list[Any]]:
@@ -43,10 +56,11 @@ def _sql_order(connection: Any, dialect: str, now: datetime) -> tuple[str, list[
     aging, at = aging_step(), dt_param(connection, now)
     if aging is None:
         return sql.PRIORITY_ORDER, []
+    bounds = {"low": PRIORITY_MIN, "high": PRIORITY_MAX}
     if dialect == "postgresql":
         seconds = Decimal(aging // timedelta(microseconds=1)) / 1_000_000
-        return sql.PG_PENDING_ORDER, [seconds, at]
-    return sql.SQLITE_PENDING_ORDER, [aging // timedelta(milliseconds=1), at]
+        return sql.PG_PENDING_ORDER.format(**bounds), [seconds, at]
+    return sql.SQLITE_PENDING_ORDER.format(**bounds), [aging // timedelta(milliseconds=1), at]
 
 
 def take_pending(
@@ -77,8 +91,14 @@ def take_pending(
     if not ids:
         return []
     cursor.execute(sql.TAKEN_EVENTS.format(ids=", ".join(["%s"] * len(ids))), [at, *ids])
-    rows = sorted(JobRun.objects.using(alias).filter(pk__in=ids), key=rank_key(aging_step()))
-    return [Won(r.pk, r.job_id, r.key, r.fence, r.attempt, r.scheduled_at, r.payload) for r in rows]
+    rows = {r.pk: r for r in JobRun.objects.using(alias).filter(pk__in=ids)}
+    ranked = [(r.pk, r.due_at, r.priority) for r in rows.values()]
+    return [won_of(rows[pk]) for pk, _, _ in sorted(ranked, key=rank_key(aging_step(), now))]
+
+
+def won_of(run: JobRun) -> Won:
+    """The Won of a run just taken."""
+    return Won(run.pk, run.job_id, run.key, run.fence, run.attempt, run.scheduled_at, run.payload)
 
 
 class SQLPendingMixin:
@@ -112,22 +132,21 @@ class SQLPendingMixin:
             )
 
 
-def ranked(due: QuerySet) -> QuerySet:
-    """Order due pending runs as TAKE_PENDING does, with portable ORM expressions.
+def pick(due: QuerySet, limit: int, now: datetime) -> list[tuple[int, int, str]]:
+    """Return (pk, fence, reason) of the ``limit`` due runs TAKE_PENDING would take, in order.
 
-    Each priority present becomes one ``WHEN priority = p THEN due_at - p * aging`` branch:
-    datetime minus a constant duration works on every database Django supports, where an integer
-    column times a duration does not. A priority that appears after the branches were read (a run
-    enqueued meanwhile) ranks last this time and normally at the next look.
+    The portable path has no date arithmetic it can trust on every database, so it reads the
+    ``limit`` earliest due runs of each priority present (the best ``limit`` by rank are among
+    them) and ranks those in Python.
     """
-    aging = aging_step()
-    if aging is None:
-        return due.order_by("-priority", "due_at", "pk")
-    priorities = sorted(set(due.order_by().values_list("priority", flat=True).distinct()))
-    if not priorities:
-        return due.order_by("due_at", "pk")
-    effective_due = Case(
-        *(When(priority=p, then=F("due_at") - Value(aging * p)) for p in priorities),
-        output_field=DateTimeField(),
-    )
-    return due.order_by(effective_due.asc(nulls_last=True), "due_at", "pk")
+    fields = ("pk", "due_at", "priority", "fence", "reason")
+    if aging_step() is None:
+        best = due.order_by("-priority", "due_at", "pk").values_list(*fields)[:limit]
+        return [(pk, fence, reason) for pk, _, _, fence, reason in best]
+    candidates = []
+    for priority in due.order_by().values_list("priority", flat=True).distinct():
+        candidates += due.filter(priority=priority).order_by("due_at", "pk").values_list(*fields)[
+            :limit
+        ]
+    candidates.sort(key=rank_key(aging_step(), now))
+    return [(pk, fence, reason) for pk, _, _, fence, reason in candidates[:limit]]

@@ -124,10 +124,15 @@ RETURNING id
 # (priority * aging + age), which ranks the same and stays exact: numeric seconds on PostgreSQL,
 # whole milliseconds on SQLite (julianday() parses Django's 'YYYY-MM-DD HH:MM:SS[.ffffff]' text
 # and keeps milliseconds; ROUND makes the age an exact integer, so equal ranks tie exactly).
+# A priority outside {low}…{high} (stored before it was validated) ranks as the nearest bound.
 # Parameters: the aging (seconds as numeric; milliseconds on SQLite), then now.
-PG_PENDING_ORDER = "priority * %s + EXTRACT(EPOCH FROM (%s - due_at)) DESC, due_at, id"
+PG_PENDING_ORDER = (
+    "LEAST(GREATEST(priority, {low}), {high}) * %s::numeric"
+    " + EXTRACT(EPOCH FROM (%s - due_at)) DESC, due_at, id"
+)
 SQLITE_PENDING_ORDER = (
-    "priority * %s + ROUND((julianday(%s) - julianday(due_at)) * 86400000) DESC, due_at, id"
+    "MAX(MIN(priority, {high}), {low}) * %s"
+    " + ROUND((julianday(%s) - julianday(due_at)) * 86400000) DESC, due_at, id"
 )
 # Without aging (PRIORITY_AGING None or 0): strict priority order. No parameters.
 PRIORITY_ORDER = "priority DESC, due_at, id"

@@ -15,10 +15,11 @@ from ..conf import app_settings
 from ..coordination import Claim, Won
 from ..coordination.base import takes_lane
 from ..coordination.policies import Gate
-from ..models import Outcome
+from ..models import Outcome, RunState
 from ..schedules import occurrence_key
 from . import stats
 from .executor import release_broken_connections
+from .handlers import merged_payload, safe_text
 from .planner import Planned
 
 if TYPE_CHECKING:
@@ -368,16 +369,27 @@ class Firing:
                         self.node_id, fast, free - len(taken), now, lease_until
                     )
                 next_due = self.coordinator.next_pending_due(list(job_ids))
-        except DatabaseError as exc:
+        except Exception as exc:  # a database error, or a stored run the take cannot rank
             release_broken_connections()
             logger.warning(
-                "could not take pending runs (fail-closed): %s", exc, extra=self.log_extra
-            )
+                "could not take pending runs (fail-closed): %s", exc, extra=self.log_extra,
+                exc_info=not isinstance(exc, DatabaseError),
+            )  # fmt: skip
             taken, next_due = [], None
         for won in taken:
             planned = job_ids[won.job_id]
             self._submit(won, planned, won.scheduled_at or now, won.payload or {})
         self._plan_pending(now, next_due)
+
+    def _refuse_run(self: Node, won: Won, planned: Planned, error: str) -> None:
+        """End a taken run that cannot start (its stored data is unusable) as failed, once."""
+        logger.error("%s @ %s (run %s) cannot start: %s", planned.name, won.key, won.run_id,
+                     error, extra={**self.log_extra, "job": planned.name})  # fmt: skip
+        try:
+            self.coordinator.finish(won, self.node_id, RunState.FAILED, self.clock.now(),
+                                    error=safe_text(error))  # fmt: skip
+        except DatabaseError:
+            release_broken_connections()  # its lease expires; the leader releases it
 
     def _submit(
         self: Node,
@@ -398,7 +410,11 @@ class Firing:
                 "fence": won.fence,
             },
         )
-        merged = {**(planned.definition.payload or {}), **payload}
+        try:
+            merged = merged_payload(planned.definition.payload, payload)
+        except TypeError as exc:
+            self._refuse_run(won, planned, f"InvalidPayload: {exc}")
+            return
         name = planned.name
         if self._laned(planned):
             self._live_since[name] = self.clock.now()

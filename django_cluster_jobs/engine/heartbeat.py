@@ -47,6 +47,17 @@ class HeartbeatThread(threading.Thread):
         if self.is_alive():
             self.join(timeout=app_settings.HEARTBEAT_INTERVAL + 5)
 
+    @property
+    def started(self) -> bool:
+        return self.ident is not None
+
+    def restarted(self) -> HeartbeatThread:
+        """A new thread that carries on from this dead one (what it has seen)."""
+        fresh = HeartbeatThread(self.node)
+        fresh._version, fresh._lost = self._version, self._lost
+        fresh._clock_from_heartbeat = self._clock_from_heartbeat
+        return fresh
+
     def beat(self) -> None:
         """Measure the clock offset, renew the node and its leases, notice changes, lead."""
         try:
@@ -59,6 +70,9 @@ class HeartbeatThread(threading.Thread):
             logger.warning(
                 "heartbeat of %s failed: %s", self.node.node_id, exc, extra=self.node.log_extra
             )
+            release_broken_connections()
+        except Exception:  # whatever a chore or a stored row did: the next beat tries again
+            logger.exception("heartbeat of %s failed", self.node.node_id, extra=self.node.log_extra)
             release_broken_connections()
 
     def measure(self) -> None:

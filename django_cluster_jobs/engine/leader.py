@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from django.db import transaction
 
@@ -19,6 +20,8 @@ if TYPE_CHECKING:
     from .node import Node
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 LEADER = "leader"
 #: Seconds between two purges of the ledger by the same leader.
@@ -100,15 +103,28 @@ class Leader:
                 )
                 self.held = None
                 return False
-            reaped = coordinator.reap_expired(now, self.node.node_id)
-            dead = coordinator.mark_dead_nodes(
-                now, timedelta(seconds=app_settings.DEAD_AFTER), self.node.node_id
+            node_id, dead_after = self.node.node_id, timedelta(seconds=app_settings.DEAD_AFTER)
+            reaped = self._chore("reap", lambda: coordinator.reap_expired(now, node_id), 0)
+            dead = self._chore(
+                "dead nodes", lambda: coordinator.mark_dead_nodes(now, dead_after, node_id), []
             )
-            purged = self._purge(now)
-            catch_up(self.alias, self.node.registry.names(), self.node.node_id, now, held.fence)
+            purged = self._chore("purge", lambda: self._purge(now), 0)
+            names, fence = self.node.registry.names(), held.fence
+            self._chore("catch-up", lambda: catch_up(self.alias, names, node_id, now, fence), 0)
             self._record_chores(now, held.fence, reaped, purged)
         self._log(reaped, dead, purged)
         return True
+
+    def _chore(self, name: str, chore: Callable[[], T], failed: T) -> T:
+        """Run one chore in its own savepoint: one that fails (a row it cannot handle, a lock it
+        waited too long for) is logged and rolled back, and the others still run."""
+        try:
+            with transaction.atomic(using=self.alias):
+                return chore()
+        except Exception:
+            logger.exception("leader chore %s of %s failed; the other chores go on", name,
+                             self.node.node_id, extra=self.node.log_extra)  # fmt: skip
+            return failed
 
     def _bound_lock_waits(self) -> None:
         """Fail this beat rather than wait on a row lock held by a frozen process (the leader

@@ -12,11 +12,12 @@ from collections.abc import Iterable
 from datetime import datetime, timedelta
 from importlib.metadata import PackageNotFoundError, version
 
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, OperationalError, transaction
 from django.utils.module_loading import import_string
 
 from ..conf import app_settings
 from ..coordination import Claim, Coordinator, get_coordinator
+from ..coordination.base import is_lock_timeout
 from ..models import JobDefinition, NodeStatus, Outcome, Source, WorkerNode
 from ..registry import Job, Registry, registry
 from . import stats
@@ -32,6 +33,12 @@ logger = logging.getLogger(__name__)
 
 #: The longest the loop sleeps without a reason to wake.
 MAX_SLEEP = 60.0
+#: Restarts of a background thread that died before the node gives up and stops.
+MAX_RESTARTS = 3
+#: Seconds a starting node waits out a busy SQLite database ("database is locked").
+BUSY_WAIT = 60.0
+#: Seconds the loop pauses after a tick failed unexpectedly, so a failure cannot spin it.
+TICK_BACKOFF = 1.0
 
 
 def package_version() -> str:
@@ -89,6 +96,9 @@ class Node(Firing):
         self._released: queue.SimpleQueue[tuple[datetime, str]] = queue.SimpleQueue()
         self._registered = time.monotonic()
         self.heartbeat = HeartbeatThread(self)
+        self.heartbeat_restarts = 0
+        #: Why the node stopped on its own (the command exits non-zero), "" otherwise.
+        self.failure = ""
         self.leader = Leader(self)
         self.listener = self._make_listener()
 
@@ -202,6 +212,20 @@ class Node(Firing):
             )
 
     def register(self) -> None:
+        """Record this node as active; wait out a database busy with other writers."""
+        deadline = time.monotonic() + BUSY_WAIT
+        while True:
+            try:
+                return self._register()
+            except OperationalError as exc:
+                if not is_lock_timeout(exc) or time.monotonic() > deadline:
+                    raise
+                logger.warning("database busy while %s registers; waiting", self.node_id,
+                               extra=self.log_extra)  # fmt: skip
+                release_broken_connections()
+                time.sleep(0.5)
+
+    def _register(self) -> None:
         self._registered = time.monotonic()
         now = self.clock.now()
         WorkerNode.objects.using(self.coordinator.alias).update_or_create(
@@ -261,10 +285,22 @@ class Node(Firing):
         self.planner.clear()
         now = self.clock.now()
         for planned in self.planned.values():
-            kind = planned.schedule.kind
-            due = now if kind == "delay" else planned.schedule.next_after(self._plan_from(planned))
+            due = self._first_due(planned, now)
             if due is not None:
                 self.planner.push(due, planned.name)
+
+    def _first_due(self, planned: Planned, now: datetime) -> datetime | None:
+        """The job's next due time; None (and an error logged) when it has none it can compute."""
+        if planned.schedule.kind == "delay":
+            return now
+        try:
+            return planned.schedule.next_after(self._plan_from(planned))
+        except (OverflowError, ValueError) as exc:  # an interval past the end of the calendar
+            logger.error(
+                "job %r is not planned: its next occurrence cannot be computed (%s)",
+                planned.name, exc, extra={**self.log_extra, "job": planned.name},
+            )  # fmt: skip
+            return None
 
     def _plan_from(self, planned: Planned) -> datetime:
         """Where this node plans a job from: after the job's mark (what is settled or was due
@@ -333,6 +369,7 @@ class Node(Firing):
         claimed was skipped (fail-closed), and a reload that failed is tried again next tick.
         """
         self.ticks += 1
+        self._supervise()
         try:
             self._tick()
         except DatabaseError as exc:
@@ -343,6 +380,27 @@ class Node(Firing):
                 exc,
                 extra=self.log_extra,
             )
+        except Exception:  # a last resort: each job and run is contained where it is handled
+            logger.exception("tick of %s failed; re-planning every job", self.node_id,
+                             extra=self.log_extra)  # fmt: skip
+            self.request_reload()  # what this tick popped from the plan is planned again
+            self._stopping.wait(TICK_BACKOFF)
+
+    def _supervise(self) -> None:
+        """Restart the heartbeat if its thread died; stop the node, failed, if it keeps dying:
+        a node must never claim without heartbeating (others would take its runs over)."""
+        if self.stopping or self.heartbeat.is_alive() or not self.heartbeat.started:
+            return
+        self.heartbeat_restarts += 1
+        if self.heartbeat_restarts > MAX_RESTARTS:
+            self.failure = "the heartbeat thread kept dying"
+            logger.critical("node %s stops: %s", self.node_id, self.failure, extra=self.log_extra)
+            self.request_stop(reason=self.failure)
+            return
+        logger.error("the heartbeat thread of %s died; restarting it", self.node_id,
+                     extra=self.log_extra)  # fmt: skip
+        self.heartbeat = self.heartbeat.restarted()
+        self.heartbeat.start()
 
     def _tick(self) -> None:
         if self._reload.is_set():
@@ -388,24 +446,34 @@ def sync_definitions(jobs: Iterable[Job], alias: str) -> None:
     code job is left out and the conflict logged (``manage.py check`` reports it too).
     """
     for declared in jobs:
-        fields = declared.definition_fields()
-        with transaction.atomic(using=alias):
-            row, created = JobDefinition.objects.using(alias).get_or_create(
-                name=declared.name, defaults={**fields, "enabled": declared.enabled}
+        try:
+            _sync_one(declared, alias)
+        except DatabaseError as exc:
+            if is_lock_timeout(exc):
+                raise
+            logger.error("job %r cannot be stored (%s); it is not scheduled", declared.name, exc,
+                         extra={"job": declared.name})  # fmt: skip
+
+
+def _sync_one(declared: Job, alias: str) -> None:
+    fields = declared.definition_fields()
+    with transaction.atomic(using=alias):
+        row, created = JobDefinition.objects.using(alias).get_or_create(
+            name=declared.name, defaults={**fields, "enabled": declared.enabled}
+        )
+        if created:
+            return
+        if row.source != Source.CODE:
+            logger.error(
+                "job %r is declared in code (%s) but an operator's database job has that name; "
+                "the database job is kept and the code job is not scheduled",
+                declared.name,
+                declared.origin,
+                extra={"job": declared.name},
             )
-            if created:
-                continue
-            if row.source != Source.CODE:
-                logger.error(
-                    "job %r is declared in code (%s) but an operator's database job has that "
-                    "name; the database job is kept and the code job is not scheduled",
-                    declared.name,
-                    declared.origin,
-                    extra={"job": declared.name},
-                )
-                continue
-            changed = [k for k, v in fields.items() if getattr(row, k) != v]
-            if changed:
-                for name in changed:
-                    setattr(row, name, fields[name])
-                row.save(using=alias, update_fields=[*changed, "updated_at"])
+            return
+        changed = [k for k, v in fields.items() if getattr(row, k) != v]
+        if changed:
+            for name in changed:
+                setattr(row, name, fields[name])
+            row.save(using=alias, update_fields=[*changed, "updated_at"])

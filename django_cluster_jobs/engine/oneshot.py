@@ -34,6 +34,7 @@ from ..schedules import occurrence_key
 from .clock import Clock
 from .executor import release_broken_connections
 from .firing import gate_of, lease_ttl
+from .handlers import merged_payload
 from .node import default_clock, sync_definitions
 from .planner import Planned
 from .runner import Runner
@@ -172,7 +173,7 @@ class OneShot:
     ) -> Result:
         """Claim the occurrence at ``at`` (default: now) and, if this process wins it, run it."""
         definition = self.planned.definition
-        merged = check_payload(self.name, {**(definition.payload or {}), **(payload or {})})
+        merged = check_payload(self.name, merged_payload(definition.payload, payload))
         scheduled_at, run_key = self.occurrence(at, key)
         self._observe_clock()
         now = self.clock.now()

@@ -4,13 +4,17 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 from dataclasses import dataclass
 from datetime import datetime
+
+from django.utils import timezone
 
 from ..models import JobDefinition
 from ..registry import Job, Registry
 from ..schedules import Schedule
 
+logger = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Planned:
@@ -30,13 +34,57 @@ class Planned:
 
 
 def load_planned(alias: str, registry: Registry) -> dict[str, Planned]:
-    """Return every stored definition whose callable is registered, by name."""
+    """Return every stored definition whose callable is registered and which the node can use,
+    by name. An unusable row is left out and logged with its problem, once per change of it;
+    every other job is planned (see :func:`problems`)."""
     planned = {}
     for definition in JobDefinition.objects.using(alias).all():
-        if definition.callable_name in registry:
-            job = registry.get(definition.callable_name)
-            planned[definition.name] = Planned(definition, job, definition.get_schedule())
+        if definition.callable_name not in registry:
+            continue
+        found = problems(definition)
+        if found:
+            _report(definition, found)
+            continue
+        job = registry.get(definition.callable_name)
+        planned[definition.name] = Planned(definition, job, definition.get_schedule())
     return planned
+
+
+def problems(definition: JobDefinition) -> list[str]:
+    """Why a stored definition cannot be planned (empty when it can): the validator's verdict,
+    and the schedule's own."""
+    try:
+        from ..validation import row_errors
+    except ImportError:  # pragma: no cover - the validator arrives with its own module
+        found = []
+    else:
+        found = [str(error) for error in row_errors(definition)]
+    try:
+        schedule = definition.get_schedule()
+        if schedule.slotted:  # an interval that reaches past the end of the calendar
+            schedule.next_after(definition.settled_through or timezone.now())
+    except Exception as exc:  # any stored value: the row is invalid, never the node
+        found.append(f"Job {definition.name!r}: its schedule cannot be used: {exc}")
+    if not isinstance(definition.payload, dict):
+        found.append(f"Job {definition.name!r}: its payload is not a JSON object")
+    return found
+
+
+#: (job name, updated_at) of the invalid rows already logged.
+_REPORTED: set[tuple[str, object]] = set()
+
+
+def _report(definition: JobDefinition, found: list[str]) -> None:
+    seen = (definition.name, definition.updated_at)
+    if seen in _REPORTED:
+        return
+    _REPORTED.add(seen)
+    logger.error(
+        "job %r is not planned until its definition is fixed: %s",
+        definition.name,
+        "; ".join(found),
+        extra={"job": definition.name},
+    )
 
 
 class Planner:

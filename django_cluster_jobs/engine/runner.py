@@ -11,8 +11,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.core.serializers.json import DjangoJSONEncoder
-from django.db import DatabaseError, connections
+from django.db import DatabaseError, DataError, IntegrityError, ProgrammingError, connections
 
 from .. import signals
 from ..conf import app_settings
@@ -22,6 +21,7 @@ from ..models import RunState
 from ..retry import Backoff
 from .clock import Clock
 from .executor import release_broken_connections
+from .handlers import call, safe_text, storable
 from .planner import Planned
 
 logger = logging.getLogger("django_cluster_jobs.run")
@@ -32,13 +32,9 @@ WRITE_BACK_RETRY = 0.5
 EARLY_LIMIT = 5.0
 
 
-def jsonable(value: Any) -> Any:
-    """Return ``value`` if it can be stored as JSON, else its repr."""
-    try:
-        DjangoJSONEncoder().encode(value)
-    except (TypeError, ValueError):
-        return repr(value)
-    return value
+#: Write-back errors that trying again cannot cure (the row, not the connection, is the
+#: problem): the outcome is then stored without its result.
+PERMANENT = (DataError, IntegrityError, ProgrammingError, TypeError, ValueError)
 
 
 @dataclass
@@ -146,9 +142,10 @@ class Runner:
         self._not_before(scheduled_at)
         self._signal(signals.run_started, active)
         timers = self._arm_timeout(active)
+        finished = self.clock.now()
         try:
             outcome = self._execute(active, payload)
-            finished = self.conclude(active, outcome)
+            finished = self._conclude_contained(active, outcome)
         finally:
             for timer in timers:
                 timer.cancel()
@@ -156,6 +153,21 @@ class Runner:
                 self.running.pop(won.run_id, None)
         if on_done is not None:
             on_done(finished)
+
+    def _conclude_contained(self, active: Active, outcome: Outcome) -> datetime:
+        """Conclude; a failure past the write-back (a signal receiver, the breaker) is logged,
+        never raised, so the node goes on and a fixed-delay job is planned again."""
+        try:
+            return self.conclude(active, outcome)
+        except Exception:
+            logger.exception(
+                "concluding %s @ %s failed after its outcome %s",
+                active.planned.name,
+                active.won.key,
+                outcome.state,
+                extra=self.extra(active.won, active.planned),
+            )
+            return self.clock.now()
 
     def _not_before(self, scheduled_at: datetime) -> None:
         """Never start a handler before its occurrence by cluster time (a claim made just before
@@ -207,13 +219,17 @@ class Runner:
                 )
             )
         try:
-            result = active.planned.job.invoke(active.context, payload)
-        except Exception as exc:
+            result = call(active.planned.job, active.context, payload)
+        except BaseException as exc:  # SystemExit or a cancelled task too: this thread goes on
             outcome = Outcome(
-                RunState.FAILED, None, f"{type(exc).__name__}: {exc}", traceback.format_exc(), exc
+                RunState.FAILED,
+                None,
+                safe_text(f"{type(exc).__name__}: {exc}"),
+                safe_text(traceback.format_exc()),
+                exc,
             )
         else:
-            outcome = Outcome(RunState.SUCCEEDED, jsonable(result))
+            outcome = Outcome(RunState.SUCCEEDED, storable(result))
         if active.why == "timeout":
             outcome.state = RunState.TIMED_OUT
             outcome.error = outcome.error or f"TimeoutError: exceeded {definition.timeout}"
@@ -277,30 +293,16 @@ class Runner:
 
     def _write(self, active: Active, outcome: Outcome, now: datetime) -> bool:
         won, planned = active.won, active.planned
-        recorded = self._retrying(
-            lambda: self.coordinator.finish(
-                won,
-                self.node_id,
-                outcome.state,
-                now,
-                result=outcome.result,
-                error=outcome.error,
-                traceback=outcome.traceback,
-            ),
-            active,
-        )
+        recorded = self._retrying(lambda: self._finish(active, outcome, now), active)
         extra = self.extra(won, planned)
-        if recorded:
-            level = logging.INFO if outcome.state == RunState.SUCCEEDED else logging.WARNING
-            logger.log(
-                level,
-                "%s %s @ %s%s",
-                outcome.state,
-                planned.name,
-                won.key,
-                f": {outcome.error}" if outcome.error else "",
-                extra=extra,
-            )
+        if recorded and outcome.state == RunState.SUCCEEDED:
+            logger.info("%s %s @ %s", outcome.state, planned.name, won.key, extra=extra)
+        elif recorded:
+            logger.error(
+                "%s %s @ %s (run %s, attempt %s): %s%s",
+                outcome.state, planned.name, won.key, won.run_id, won.attempt, outcome.error,
+                f"\n{outcome.traceback}" if outcome.traceback else "", extra=extra,
+            )  # fmt: skip
         elif recorded is False:
             logger.warning(
                 "fenced out: %s @ %s ended %s but fence %s is stale; the newer "
@@ -312,6 +314,23 @@ class Runner:
                 extra=extra,
             )
         return bool(recorded)
+
+    def _finish(self, active: Active, outcome: Outcome, now: datetime) -> bool:
+        """Write the outcome under the run's fence; if the row refuses it (what the handler
+        returned or raised cannot be stored here), write it once more without the result, so
+        the run still ends once instead of being re-run when its lease expires."""
+        write = self.coordinator.finish
+        won, node = active.won, self.node_id
+        try:
+            return write(won, node, outcome.state, now, result=outcome.result,
+                         error=outcome.error, traceback=outcome.traceback)  # fmt: skip
+        except PERMANENT as exc:
+            release_broken_connections()
+            note = safe_text(f"the outcome could not be stored as it was ({type(exc).__name__}: "
+                             f"{exc}); stored without its result")  # fmt: skip
+            error = f"{outcome.error}\n{note}".strip()
+            return write(won, node, outcome.state, now, result=None, error=error,
+                         traceback=outcome.traceback)  # fmt: skip
 
     def _after(self, active: Active, outcome: Outcome, attempt_state: str, now: datetime) -> None:
         definition = active.planned.definition
@@ -354,6 +373,13 @@ class Runner:
         while True:
             try:
                 return write()
+            except PERMANENT as exc:
+                logger.error(
+                    "could not record the end of %s @ %s: %s; its lease will expire",
+                    active.planned.name, active.won.key, exc,
+                    extra=self.extra(active.won, active.planned),
+                )  # fmt: skip
+                return None
             except DatabaseError as exc:
                 release_broken_connections()
                 if time.monotonic() >= deadline:

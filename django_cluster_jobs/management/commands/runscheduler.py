@@ -8,7 +8,7 @@ import signal
 import sys
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandError
 
 from ...engine import Node
 
@@ -76,3 +76,5 @@ class Command(BaseCommand):
             signal.signal(signum, lambda *_: node.request_stop(reason="signal"))
         max_ticks = 1 if options["once"] else options["max_ticks"]
         node.run(max_ticks=max_ticks, duration=options["duration"])
+        if node.failure:
+            raise CommandError(f"node {node.node_id} stopped: {node.failure}", returncode=1)

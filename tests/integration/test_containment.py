@@ -1,0 +1,253 @@
+"""Nothing a stored row, a run's data or a handler's return value can be stops a node.
+
+Each test stores what a user, an operator or an older version could have stored (bypassing the
+validator, as rows written before it existed do) and checks that the failure stays at that job's
+or that run's boundary, recorded with its reason, while every other job goes on.
+"""
+
+from __future__ import annotations
+
+import logging
+import sqlite3
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+
+from django_cluster_jobs import services
+from django_cluster_jobs.engine import Node
+from django_cluster_jobs.engine.node import sync_definitions
+from django_cluster_jobs.models import JobDefinition, JobRun, RunState, Source
+from django_cluster_jobs.registry import registry
+from tests.conftest import wait_until
+from tests.factories import JobDefinitionFactory, JobRunFactory
+from tests.models import Effect
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.fixture
+def node():
+    node = Node("contained", threads=3)
+    node.start()
+    yield node
+    node.stop()
+
+
+def take_all(node: Node) -> None:
+    """Look for pending runs now, as a notification or the poll would."""
+    node.wake_pending()
+    node.tick()
+
+
+def ended(run: JobRun, timeout: float = 10) -> JobRun:
+    wait_until(lambda: JobRun.objects.get(pk=run.pk).state not in ("pending", "running"), timeout)
+    return JobRun.objects.get(pk=run.pk)
+
+
+# -- stored definitions ----------------------------------------------------------------------
+
+POISON = {
+    "cron 61": {"cron": "61 * * * *"},
+    "mars": {"cron": "* * * * *", "timezone": "Mars/Olympus"},
+    "null interval": {"schedule_kind": "every", "cron": "", "interval": None},
+    "huge interval": {"schedule_kind": "every", "cron": "", "interval": timedelta(days=3_000_000)},
+    "list payload": {"cron": "* * * * *", "payload": [1, 2]},
+}
+
+
+@pytest.mark.parametrize("poison", POISON)
+def test_a_definition_row_the_node_cannot_use_is_skipped_and_named(node, caplog, poison):
+    """9.2: such a row used to stop every node at its next reload."""
+    JobDefinitionFactory(name=f"bad-{poison}", callable_name="tests.manual", **POISON[poison])
+    with caplog.at_level(logging.ERROR, logger="django_cluster_jobs"):
+        node.reload()
+        node.tick()
+    assert f"bad-{poison}" not in node.planned and "tests.manual" in node.planned
+    messages = [r.getMessage() for r in caplog.records if f"bad-{poison}" in r.getMessage()]
+    assert messages and all("is not planned" in message for message in messages), messages
+    ok = services.enqueue("tests.manual", {"value": 2})
+    take_all(node)
+    assert ended(ok).state == RunState.SUCCEEDED
+
+
+# -- stored runs -----------------------------------------------------------------------------
+
+
+def test_a_pending_run_whose_payload_is_not_an_object_fails_once_with_its_reason(node):
+    """9.6: it used to take the nodes down one by one."""
+    job = JobDefinition.objects.get(name="tests.manual")
+    poison = JobRunFactory(job=job, key="poison", state=RunState.PENDING, payload=[1, 2])
+    ok = services.enqueue("tests.manual", {"value": 1})
+    take_all(node)
+    poison = ended(poison)
+    assert poison.state == RunState.FAILED and "InvalidPayload" in poison.error
+    assert "not a JSON object" in poison.error and poison.attempt == 1
+    assert ended(ok).state == RunState.SUCCEEDED
+    assert not Effect.objects.filter(key="poison").exists()
+
+
+@pytest.mark.parametrize(
+    ("priority", "due"),
+    [(2_000_000_000, None), (1, datetime(1, 1, 1, tzinfo=UTC)), (-2_000_000_000, None)],
+    ids=["huge priority", "year 1", "huge negative"],
+)
+def test_a_pending_run_with_an_odd_priority_or_due_time_is_taken_with_the_others(
+    coordinator, priority, due
+):
+    """9.1: the take used to overflow, and with it every take of every job."""
+    job = JobDefinitionFactory(callable_name="tests.manual")
+    now = datetime.now(UTC)
+    odd = JobRunFactory(job=job, key="odd", state=RunState.PENDING, priority=priority,
+                        due_at=due or now)  # fmt: skip
+    normal = JobRunFactory(job=job, key="normal", state=RunState.PENDING, due_at=now)
+    taken = coordinator.claim_pending("n", [job.pk], 5, now, now + timedelta(seconds=30))
+    assert {w.run_id for w in taken} == {odd.pk, normal.pk}
+
+
+# -- what handlers return and raise ----------------------------------------------------------
+
+STORED = {
+    "datetime": "2026-05-28T09:00:00Z",
+    "decimal": "1.50",
+    "uuid": "12345678-1234-5678-1234-567812345678",
+    "nul": "before\ufffdafter",
+    "nested": {"when": ["2"], "text": "a\ufffdb"},
+}
+
+
+@pytest.mark.parametrize("kind", [*STORED, "nan", "object"])
+def test_an_odd_return_value_is_stored_safely_and_the_run_ends_once(node, kind):
+    """9.4: the completion write used to raise, and the successful run was re-run."""
+    run = services.enqueue("tests.odd_result", {"kind": kind})
+    take_all(node)
+    run = ended(run)
+    assert (run.state, run.attempt) == (RunState.SUCCEEDED, 1)
+    if kind in STORED:
+        assert run.result == STORED[kind]
+    else:
+        assert isinstance(run.result, str) and run.result.startswith(("nan", "<object"))
+    assert Effect.objects.filter(key=run.key).count() == 1
+
+
+def test_error_text_with_a_nul_is_stored_and_the_run_fails_once(node):
+    run = services.enqueue("tests.nul_error")
+    take_all(node)
+    run = ended(run)
+    assert (run.state, run.attempt) == (RunState.FAILED, 1)
+    assert run.error == "RuntimeError: bad\ufffdtext" and "Traceback" in run.traceback
+
+
+def test_a_handler_that_exits_fails_and_its_thread_serves_on(node):
+    runs = [services.enqueue("tests.exits") for _ in range(node.executor.threads + 1)]
+    for _ in range(3):
+        take_all(node)
+        time.sleep(0.3)
+    assert {ended(run).state for run in runs} == {RunState.FAILED}
+    assert JobRun.objects.filter(pk=runs[0].pk, error__startswith="SystemExit").exists()
+    assert node.executor.free == node.executor.threads
+
+
+def test_an_async_handler_is_awaited(node):
+    """9.8: it used to be recorded succeeded without running."""
+    run = services.enqueue("tests.async_job")
+    take_all(node)
+    run = ended(run)
+    assert (run.state, run.result) == (RunState.SUCCEEDED, "awaited")
+    assert Effect.objects.filter(key=run.key).count() == 1
+
+
+def test_cancelling_an_async_handler_cancels_its_task(node):
+    run = services.enqueue("tests.async_job", {"seconds": 30})
+    take_all(node)
+    wait_until(lambda: Effect.objects.filter(key=run.key).exists(), 10)
+    node.runner.cancel({run.pk}, why="cancel")
+    run = ended(run, timeout=5)
+    assert run.state == RunState.CANCELLED and "CancelledError" in run.error
+
+
+def test_a_failing_handler_logs_its_traceback_with_the_job_occurrence_and_run(node, caplog):
+    with caplog.at_level(logging.ERROR, logger="django_cluster_jobs"):
+        run = services.enqueue("tests.boom")
+        take_all(node)
+        run = ended(run)
+    [record] = [r for r in caplog.records if getattr(r, "run_id", None) == run.pk]
+    assert record.levelname == "ERROR" and record.job == "tests.boom"
+    assert record.occurrence == run.key and "Traceback" in record.getMessage()
+    assert "RuntimeError: boom" in record.getMessage()
+
+
+# -- background threads and chores -----------------------------------------------------------
+
+
+def test_a_dead_heartbeat_thread_is_restarted_and_one_that_keeps_dying_stops_the_node(
+    node, monkeypatch
+):
+    def dies(self):
+        """The thread's body ends at once, as after an exception nothing caught."""
+
+    node.heartbeat.stop()
+    node.heartbeat.join(5)
+    node.tick()
+    assert node.heartbeat.is_alive() and node.heartbeat_restarts == 1
+    node.heartbeat.stop()
+    monkeypatch.setattr(type(node.heartbeat), "run", dies)
+    for _ in range(4):
+        node.heartbeat.join(5)
+        node.tick()
+    assert node.failure == "the heartbeat thread kept dying" and node.stopping
+
+
+def test_a_chore_that_fails_leaves_the_other_chores_and_the_heartbeat_running(
+    node, monkeypatch, caplog
+):
+    """9.3: an overflowing purge used to kill the heartbeat thread of every leader."""
+    from django_cluster_jobs.models import WorkerNode
+    from tests.factories import WorkerNodeFactory
+
+    def overflows(now, keep):
+        raise OverflowError("date value out of range")
+
+    wait_until(lambda: node.leader.held is not None, 10)
+    monkeypatch.setattr(node.coordinator, "purge", overflows)
+    WorkerNodeFactory(node_id="silent", last_heartbeat=node.clock.now() - timedelta(hours=1))
+    node.leader._last_purge = None
+    with caplog.at_level(logging.ERROR, logger="django_cluster_jobs"):
+        assert node.leader.chores(node.clock.now())
+    assert WorkerNode.objects.get(node_id="silent").status == "dead", "the next chore ran"
+    assert any("leader chore purge" in r.getMessage() for r in caplog.records)
+    assert node.heartbeat.is_alive()
+
+
+@pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's writer lock, not PostgreSQL")
+def test_a_node_starting_while_another_process_writes_waits_for_the_database():
+    """9.11: registration used to crash with "database is locked"."""
+    db = sqlite3.connect(
+        connection.settings_dict["NAME"], isolation_level=None, check_same_thread=False
+    )
+    db.execute("BEGIN IMMEDIATE")
+    release = threading.Timer(3.0, lambda: db.execute("ROLLBACK"))
+    release.start()
+    late = Node("late-starter", threads=1)
+    try:
+        started = time.monotonic()
+        late.register()
+        assert time.monotonic() - started >= 2.5
+    finally:
+        release.join()
+        db.close()
+        late.executor.shutdown()
+
+
+def test_a_code_job_never_takes_over_an_operators_job_of_the_same_name(caplog):
+    """9.12: the operator's row keeps its schedule and its source."""
+    JobDefinitionFactory(name="tests.every_second", callable_name="tests.manual",
+                         cron="0 3 * * *", source=Source.DATABASE)  # fmt: skip
+    with caplog.at_level(logging.ERROR, logger="django_cluster_jobs"):
+        sync_definitions(registry, "default")
+    row = JobDefinition.objects.get(name="tests.every_second")
+    kept = (row.source, row.callable_name, row.cron)
+    assert kept == (Source.DATABASE, "tests.manual", "0 3 * * *")
+    assert any("an operator's database job has that name" in r.getMessage() for r in caplog.records)
