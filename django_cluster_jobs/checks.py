@@ -75,6 +75,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "CLOCK": (_importable, "None or the dotted path of an importable clock class"),
     "EPOCH": (lambda v: isinstance(v, datetime) and v.utcoffset() is not None, "an aware datetime"),
+    "MAX_PAYLOAD_BYTES": (_count, "a whole number of bytes, 1 or more"),
 }
 
 
