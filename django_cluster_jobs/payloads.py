@@ -17,9 +17,7 @@ NOT_A_DICT = (
     'JSON object such as {"value": 3}'
 )
 KEYS_NOT_STR = "its keys must be str, they become keyword names"
-NUL_HINT = (
-    "a string in it holds a NUL character (\\x00), which PostgreSQL cannot store; remove it"
-)
+NUL_HINT = "a string in it holds a NUL character (\\x00), which PostgreSQL cannot store; remove it"
 TOO_DEEP = (
     f"it nests lists and objects more than {PAYLOAD_DEPTH_MAX} levels deep; flatten it, or "
     "store the data elsewhere and pass its id"
