@@ -15,6 +15,7 @@ from .exceptions import ImproperlyDeclared
 Rule = Callable[[Any], "str | None"]
 
 NUL_HINT = "remove the NUL character (\\x00): PostgreSQL cannot store it"
+SURROGATE_HINT = "remove the lone surrogate (\\ud800-\\udfff): no database stores it as text"
 TAGS_HINT = 'list the node tags the job needs as strings, like ["gpu"]'
 #: What croniter picks at random (R) or by a hash it is never given here (H): every node would
 #: compute other occurrences, so no two would claim the same one.
@@ -41,9 +42,26 @@ def text(limit: int, *, blank: bool = False) -> Rule:
             return f"use a non-empty str of at most {limit} characters"
         if len(value) > limit:
             return f"use at most {limit} characters (this one has {len(value)})"
-        return NUL_HINT if "\x00" in value else None
+        return unstorable(value)
 
     return check
+
+
+def unstorable(value: str) -> str | None:
+    """Return why a database cannot store the text ``value`` (NUL, a lone surrogate), or None."""
+    if "\x00" in value:
+        return NUL_HINT
+    if not value.isascii() and not _encodes(value):
+        return SURROGATE_HINT
+    return None
+
+
+def _encodes(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def choice(choices: tuple[str, ...]) -> Rule:
@@ -156,9 +174,9 @@ def _number(value: Any, high: float) -> bool:
 
 
 def zone(value: str) -> str | None:
-    """An IANA time zone name (blank means UTC)."""
+    """An IANA time zone name."""
     try:
-        ZoneInfo(value or "UTC")
+        ZoneInfo(value)
     except Exception:  # not found, a path, a NUL, a name too long for the file system
         return schedules.ZONE_HINT
     return None
@@ -198,7 +216,7 @@ RULES: dict[str, Rule] = {
     "source": choice(b.SOURCES),
     "schedule_kind": choice(b.SCHEDULE_KINDS),
     "cron": text(b.CRON_MAX_LENGTH, blank=True),
-    "timezone": text(b.TIMEZONE_MAX_LENGTH, blank=True),
+    "timezone": text(b.TIMEZONE_MAX_LENGTH),
     "interval": interval,
     "placement": choice(b.PLACEMENTS),
     "delivery": choice(b.DELIVERIES),

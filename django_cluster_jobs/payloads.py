@@ -7,6 +7,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from .bounds import PAYLOAD_DEPTH_MAX
+from .columns import unstorable
 from .exceptions import InvalidPayload
 
 if TYPE_CHECKING:
@@ -17,7 +18,6 @@ NOT_A_DICT = (
     'JSON object such as {"value": 3}'
 )
 KEYS_NOT_STR = "its keys must be str, they become keyword names"
-NUL_HINT = "a string in it holds a NUL character (\\x00), which PostgreSQL cannot store; remove it"
 TOO_DEEP = (
     f"it nests lists and objects more than {PAYLOAD_DEPTH_MAX} levels deep; flatten it, or "
     "store the data elsewhere and pass its id"
@@ -61,8 +61,8 @@ def _check_structure(job: str, payload: dict) -> None:
     while stack:
         value, depth = stack.pop()
         if isinstance(value, str):
-            if "\x00" in value:
-                raise InvalidPayload(job, value=payload, hint=NUL_HINT)
+            if hint := unstorable(value):
+                raise InvalidPayload(job, value=payload, hint=f"a string in it: {hint}")
             continue
         if not isinstance(value, dict | list | tuple):
             continue
