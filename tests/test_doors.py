@@ -8,7 +8,6 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django import forms
 from django.core import checks
 from django.core.management import call_command
 from django.core.management.base import CommandError
@@ -19,6 +18,7 @@ from django_cluster_jobs import ImproperlyDeclared, InvalidPayload, registry, se
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState, Source
 from django_cluster_jobs.status import build_status
 from tests.factories import JobDefinitionFactory, JobRunFactory
+from tests.test_admin import form_data
 
 pytestmark = pytest.mark.django_db
 
@@ -46,18 +46,6 @@ NIGHTLY = {"name": "nightly", "callable_name": "tests.manual", "schedule_kind": 
 
 #: What the add form posts untouched, read once (each page takes a while to render).
 _ADD_FORM: dict[str, object] = {}
-
-
-def form_data(client, path: str, **overrides: object) -> dict:
-    """What a browser posts from the form at ``path``, with ``overrides`` (None: left out)."""
-    form = client.get(path).context["adminform"].form
-    data: dict[str, object] = {}
-    for name, field in form.fields.items():
-        value = form[name].value()
-        if isinstance(field, forms.BooleanField):
-            value = "on" if value else None
-        data[name] = value
-    return {k: v for k, v in {**data, **overrides}.items() if v is not None}
 
 
 def add_job(client, **overrides: object):

@@ -28,7 +28,7 @@ from django_cluster_jobs.models import JobDefinition, JobRun
 from django_cluster_jobs.validation import COLUMNS, check_run_inputs, row_errors
 from tests.factories import JobDefinitionFactory
 
-pytestmark = pytest.mark.django_db
+pytestmark = [pytest.mark.django_db, pytest.mark.usefixtures("registry_restored")]
 
 EXAMPLES = settings(
     max_examples=100,
@@ -52,14 +52,6 @@ def rolled_back() -> Iterator[None]:
     with transaction.atomic():
         yield
         transaction.set_rollback(True)
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    before = {declared.name for declared in registry}
-    yield
-    for name in {declared.name for declared in registry} - before:
-        registry.unregister(name)
 
 
 # -- what the strategies draw: valid values, values just past a bound, and anything ------------

@@ -12,17 +12,11 @@ import pytest
 
 from django_cluster_jobs import ImproperlyDeclared, InvalidPayload, Job, job, registry
 
+pytestmark = pytest.mark.usefixtures("registry_restored")
+
 NAME = "unit.declarations.job"
 #: Django Tasks' priority range (validation.PRIORITY_MIN and PRIORITY_MAX).
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
-
-
-@pytest.fixture(autouse=True)
-def clean_registry():
-    before = {declared.name for declared in registry}
-    yield
-    for name in {declared.name for declared in registry} - before:
-        registry.unregister(name)
 
 
 def handler() -> None:
