@@ -258,7 +258,7 @@ def _check_callable(func: Any, job_name: str) -> None:
 
 def _name(func: Any, given: Any) -> str:
     default = default_name(func)
-    label = given if isinstance(given, str) else default or "?"
+    label = given if isinstance(given, str) and given else default or "?"
     _check_callable(func, label)
     if given is None and default is None:
         hint = "this callable has no __qualname__ to name the job after: pass name="
@@ -266,7 +266,7 @@ def _name(func: Any, given: Any) -> str:
     if given is not None and not isinstance(given, str):
         hint = "pass the job's name as a str, e.g. @job(name='reports.nightly')"
         raise ImproperlyDeclared(label, "name", given, hint)
-    return given or default  # type: ignore[return-value]
+    return default if given is None else given  # type: ignore[return-value]
 
 
 def _build(func: Callable[..., Any], options: dict[str, Any]) -> Job:
