@@ -12,7 +12,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from .conf import Defaults, app_settings
-from .exceptions import ImproperlyConfigured
+from .exceptions import ImproperlyConfigured, shown
 
 SETTINGS_HINT = "Fix the CLUSTER_JOBS setting."
 
@@ -75,6 +75,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     ),
     "CLOCK": (_importable, "None or the dotted path of an importable clock class"),
     "EPOCH": (lambda v: isinstance(v, datetime) and v.utcoffset() is not None, "an aware datetime"),
+    "MAX_PAYLOAD_BYTES": (_count, "a whole number of bytes, 1 or more"),
 }
 
 
@@ -175,26 +176,94 @@ def check_timings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
     return warnings
 
 
-@checks.register(checks.Tags.database)
-def check_stored_callables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """cluster_jobs.E003: a stored job definition names a callable that no code registers."""
-    from .models import JobDefinition
-    from .registry import registry
-
+@checks.register()
+def check_sqlite_transactions(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """cluster_jobs.E005: the ledger is on SQLite without immediate transactions."""
     try:
-        rows = list(
-            JobDefinition.objects.using(app_settings.DATABASE).values_list("name", "callable_name")
-        )
-    except Exception:  # tables not migrated yet: nothing stored to check
+        alias = app_settings.DATABASE
+        connection = connections[alias]
+    except Exception:  # broken settings are cluster_jobs.E001's to report
+        return []
+    mode = (connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
+    if connection.vendor != "sqlite" or str(mode).upper() == "IMMEDIATE":
         return []
     return [
         checks.Error(
-            f"Job {name!r} names the callable {callable_name!r}, which is not registered; "
-            "no node will run it.",
-            hint="Declare it with @job in an app's jobs.py, or point the definition at one of: "
-            f"{', '.join(registry.names())}.",
-            id="cluster_jobs.E003",
+            f"The ledger database {alias!r} is SQLite with transaction_mode {mode!r}: a write "
+            "that starts as a read cannot wait for the lock, so nodes fail with 'database is "
+            "locked'.",
+            hint=f'Add "transaction_mode": "IMMEDIATE" to DATABASES[{alias!r}][\'OPTIONS\'] '
+            '(with a busy timeout), e.g. "OPTIONS": {"transaction_mode": "IMMEDIATE", '
+            '"timeout": 20}.',
+            id="cluster_jobs.E005",
         )
-        for name, callable_name in rows
-        if callable_name not in registry
+    ]
+
+
+def _stored() -> list[Any]:
+    from .models import JobDefinition
+
+    try:
+        return list(JobDefinition.objects.using(app_settings.DATABASE).order_by("name"))
+    except Exception:  # tables not migrated yet: nothing stored to check
+        return []
+
+
+# cluster_jobs.E003 (a stored definition naming an unregistered callable, an error) is retired:
+# such a definition is orphaned, cluster_jobs.W003, and never blocks a command.
+@checks.register(checks.Tags.database)
+def check_stored_definitions(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """cluster_jobs.W003: a definition is orphaned; W004: a database job no node can use."""
+    from .validation import is_orphaned, row_errors
+
+    found: list[checks.CheckMessage] = []
+    for row in _stored():
+        if is_orphaned(row):
+            found.append(_orphaned(row))
+        elif row.source == "database" and (problems := row_errors(row)):
+            found.append(_unusable(row, problems))
+    return found
+
+
+def _orphaned(row: Any) -> checks.Warning:
+    if row.source == "code":
+        hint = (
+            "Its code was renamed or removed: declare it again with @job, or delete the row in "
+            "the admin (its runs go with it)."
+        )
+    else:
+        hint = "Point it at a registered job in the admin, or delete it there."
+    return checks.Warning(
+        f"Job {row.name!r} is orphaned: its callable {row.callable_name!r} is not registered, "
+        "so no node runs it.",
+        hint=hint,
+        id="cluster_jobs.W003",
+    )
+
+
+def _unusable(row: Any, problems: list[Any]) -> checks.Warning:
+    details = "; ".join(f"invalid {p.field} {shown(p.value)}: {p.hint}" for p in problems)
+    return checks.Warning(
+        f"Job {row.name!r} is stored with a definition no node can use: {details}",
+        hint="Correct it in the admin; until then no node plans it.",
+        id="cluster_jobs.W004",
+    )
+
+
+@checks.register(checks.Tags.database)
+def check_code_names(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """cluster_jobs.E004: a code job has the name of a job an operator defined in the database."""
+    from .registry import registry
+
+    return [
+        checks.Error(
+            f"The code job {row.name!r} (declared by {registry.get(row.name).origin}) has the "
+            "name of a job an operator defined in the database (running "
+            f"{row.callable_name!r}).",
+            hint="Rename one of them: give the code job another name with @job(name=...), or "
+            "rename the database job in the admin.",
+            id="cluster_jobs.E004",
+        )
+        for row in _stored()
+        if row.source == "database" and row.name in registry
     ]

@@ -53,6 +53,8 @@ class Defaults:
     CLOCK: str | None = None
     #: Anchor of every fixed-rate grid, identical on every node.
     EPOCH: datetime = datetime(1970, 1, 1, tzinfo=UTC)
+    #: Largest payload, in bytes of JSON, of a job definition or a run (each run stores a copy).
+    MAX_PAYLOAD_BYTES: int = 64 * 1024
 
 
 KNOWN = frozenset(k for k in vars(Defaults) if k.isupper())

@@ -7,12 +7,27 @@ class ClusterJobsError(Exception):
     """Base class of every error this package raises."""
 
 
+#: Longest rendering of a value in an error message; a longer one is cut and says how long it was.
+SHOWN_LENGTH = 120
+
+
+def shown(value: object) -> str:
+    """Return ``repr(value)``, cut to SHOWN_LENGTH characters; never raises."""
+    try:
+        text = repr(value)
+    except Exception:  # a value whose repr fails (or recurses too deep) is named by its type
+        return f"<{type(value).__name__} object>"
+    if len(text) <= SHOWN_LENGTH:
+        return text
+    return f"{text[:SHOWN_LENGTH]}… ({len(text)} characters)"
+
+
 class ImproperlyDeclared(ClusterJobsError):
     """A job declaration is invalid: names the job, the field, the value and the fix."""
 
     def __init__(self, job: str, field: str, value: object, hint: str) -> None:
         self.job, self.field, self.value, self.hint = job, field, value, hint
-        super().__init__(f"Job {job!r}: invalid {field} {value!r}: {hint}")
+        super().__init__(f"Job {job!r}: invalid {field} {shown(value)}: {hint}")
 
 
 class DuplicateJob(ClusterJobsError):
@@ -38,15 +53,24 @@ class UnknownJob(ClusterJobsError):
         )
 
 
-class InvalidPayload(ClusterJobsError):
-    """A payload that cannot be stored as JSON."""
+class InvalidPayload(ImproperlyDeclared):
+    """A payload that cannot be stored or that the handler cannot take (the field is "payload").
 
-    def __init__(self, job: str, error: Exception) -> None:
-        self.job = job
-        super().__init__(
-            f"Job {job!r}: the payload is not JSON-serialisable ({error}). "
-            "Pass only str, int, float, bool, None, lists and dicts with str keys."
-        )
+    Given ``error``, it says the payload is not JSON (the error tells why); given ``hint``, it
+    says what else is wrong with ``value`` and how to fix it.
+    """
+
+    def __init__(
+        self, job: str, error: Exception | None = None, *, value: object = None, hint: str = ""
+    ) -> None:
+        self.error = error
+        super().__init__(job, "payload", value, hint or f"it is not JSON ({error})")
+        if error is not None:
+            ClusterJobsError.__init__(
+                self,
+                f"Job {job!r}: the payload is not JSON-serialisable ({error}). "
+                "Pass only str, int, float, bool, None, lists and dicts with str keys.",
+            )
 
 
 class ImproperlyConfigured(ClusterJobsError):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import inspect
-import json
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
@@ -12,22 +11,18 @@ from typing import Any, overload
 
 from django.apps import apps
 
-from . import schedules
+from . import columns, payloads, schedules, validation
 from .context import RunContext
-from .exceptions import (
-    DuplicateJob,
-    ImproperlyDeclared,
-    InvalidPayload,
-    RegistryNotReady,
-    UnknownJob,
-)
-from .retry import Backoff
+from .exceptions import DuplicateJob, ImproperlyDeclared, RegistryNotReady, UnknownJob
 
-PLACEMENTS = ("cluster", "every_node")
-DELIVERIES = ("at_least_once", "at_most_once")
-OVERLAPS = ("skip", "allow", "buffer_one", "cancel_other")
-MISFIRES = ("fire_once", "skip", "run_all")
-EXECUTORS = ("thread", "process")
+#: Options of @job that are JobDefinition columns under the same name.
+COLUMN_OPTIONS = (
+    "placement", "delivery", "overlap", "misfire", "catch_up_window", "catch_up_limit",
+    "max_attempts", "backoff", "breaker_threshold", "breaker_cooldown", "timeout", "executor",
+    "priority", "queue", "max_concurrency", "requires", "payload", "enabled",
+)  # fmt: skip
+#: A breaker declared without a cooldown pauses its job this long.
+DEFAULT_COOLDOWN = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -63,7 +58,7 @@ class Job:
     @property
     def origin(self) -> str:
         """Where the job was declared, as module.qualname."""
-        return f"{self.func.__module__}.{self.func.__qualname__}"
+        return default_name(self.func) or repr(self.func)
 
     @property
     def wants_context(self) -> bool:
@@ -191,6 +186,12 @@ class Registry:
 registry = Registry()
 
 
+def default_name(func: Any) -> str | None:
+    """Return ``module.qualname`` of a function, None for a callable that has neither."""
+    module, qualname = getattr(func, "__module__", None), getattr(func, "__qualname__", None)
+    return f"{module}.{qualname}" if isinstance(module, str) and isinstance(qualname, str) else None
+
+
 def _schedule_from(job_name: str, **given: Any) -> schedules.Schedule:
     chosen = {key: value for key, value in given.items() if value not in (None, False)}
     chosen.pop("tz", None)
@@ -201,23 +202,14 @@ def _schedule_from(job_name: str, **given: Any) -> schedules.Schedule:
             sorted(chosen),
             "give at most one of cron=, every=, delay=, startup=, schedule=",
         )
+    if given["tz"] is not None and given["cron"] is None:
+        raise ImproperlyDeclared(
+            job_name, "tz", given["tz"], "tz= applies to cron= only: drop it, or give cron= too"
+        )
     if given["schedule"] is not None:
-        if not isinstance(given["schedule"], schedules.Schedule):
-            raise ImproperlyDeclared(
-                job_name, "schedule", given["schedule"], "pass a Schedule object"
-            )
-        anchor = getattr(given["schedule"], "anchor", None)
-        if anchor is not None:
-            raise ImproperlyDeclared(
-                job_name,
-                "schedule",
-                given["schedule"],
-                "a job's fixed-rate grid is always anchored on CLUSTER_JOBS['EPOCH'], so that "
-                "every node computes the same slots; drop anchor= (or change EPOCH)",
-            )
-        return given["schedule"]
+        return _schedule_object(job_name, given["schedule"])
     if given["cron"] is not None:
-        return schedules.Cron(given["cron"], given["tz"] or "UTC")
+        return _cron(job_name, given["cron"], given["tz"] or "UTC")
     if given["every"] is not None:
         return schedules.Every(given["every"])
     if given["delay"] is not None:
@@ -225,26 +217,60 @@ def _schedule_from(job_name: str, **given: Any) -> schedules.Schedule:
     return schedules.Startup() if given["startup"] else schedules.OnDemand()
 
 
-def _check_choice(job_name: str, field_name: str, value: str, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise ImproperlyDeclared(job_name, field_name, value, f"choose one of {', '.join(choices)}")
+def _schedule_object(job_name: str, schedule: Any) -> schedules.Schedule:
+    if not isinstance(schedule, schedules.Schedule):
+        raise ImproperlyDeclared(job_name, "schedule", schedule, "pass a Schedule object")
+    if getattr(schedule, "anchor", None) is not None:
+        raise ImproperlyDeclared(
+            job_name,
+            "schedule",
+            schedule,
+            "a job's fixed-rate grid is always anchored on CLUSTER_JOBS['EPOCH'], so that "
+            "every node computes the same slots; drop anchor= (or change EPOCH)",
+        )
+    return schedule
 
 
-def check_payload(job_name: str, payload: dict) -> dict:
-    """Return ``payload`` if it is a dict of JSON values with str keys; else InvalidPayload."""
-    if not isinstance(payload, dict):
-        raise InvalidPayload(job_name, TypeError("the payload must be a dict of keyword arguments"))
-    if not all(isinstance(key, str) for key in payload):
-        raise InvalidPayload(job_name, TypeError("its keys must be str, they become keyword names"))
-    try:
-        json.dumps(payload, allow_nan=False)
-    except (TypeError, ValueError) as exc:
-        raise InvalidPayload(job_name, exc) from exc
-    return dict(payload)
+def _cron(job_name: str, expr: Any, tz: Any) -> schedules.Cron:
+    # Macros, random fields and odd types first: the Cron object knows only field counts.
+    hint = columns.RULES["cron"](expr) or columns.cron(expr)
+    if hint:
+        raise ImproperlyDeclared(job_name, "cron", expr, hint)
+    return schedules.Cron(expr, tz)
+
+
+def check_payload(job_name: str, payload: Any) -> dict:
+    """Return ``payload`` as it will be stored (a JSON object); else raise InvalidPayload."""
+    return payloads.cleaned(job_name, payload)
+
+
+def _check_callable(func: Any, job_name: str) -> None:
+    if not callable(func):
+        hint = "@job decorates a function (def or async def)"
+        raise ImproperlyDeclared(job_name, "callable", func, hint)
+    if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+        hint = (
+            "a generator's body runs only while it is iterated, so the job would never run: "
+            "return a value instead of yielding"
+        )
+        raise ImproperlyDeclared(job_name, "callable", func, hint)
+
+
+def _name(func: Any, given: Any) -> str:
+    default = default_name(func)
+    label = given if isinstance(given, str) and given else default or "?"
+    _check_callable(func, label)
+    if given is None and default is None:
+        hint = "this callable has no __qualname__ to name the job after: pass name="
+        raise ImproperlyDeclared("?", "name", func, hint)
+    if given is not None and not isinstance(given, str):
+        hint = "pass the job's name as a str, e.g. @job(name='reports.nightly')"
+        raise ImproperlyDeclared(label, "name", given, hint)
+    return default if given is None else given  # type: ignore[return-value]
 
 
 def _build(func: Callable[..., Any], options: dict[str, Any]) -> Job:
-    name = options.pop("name") or f"{func.__module__}.{func.__qualname__}"
+    name = _name(func, options.pop("name"))
     sched_args = {
         k: options.pop(k) for k in ("cron", "tz", "every", "delay", "startup", "schedule")
     }
@@ -252,43 +278,51 @@ def _build(func: Callable[..., Any], options: dict[str, Any]) -> Job:
         schedule = _schedule_from(name, **sched_args)
     except ImproperlyDeclared as exc:
         raise ImproperlyDeclared(name, exc.field, exc.value, exc.hint) from None
-    for field_name, choices in (
-        ("placement", PLACEMENTS),
-        ("delivery", DELIVERIES),
-        ("overlap", OVERLAPS),
-        ("misfire", MISFIRES),
-    ):
-        _check_choice(name, field_name, options[field_name], choices)
-    attempts = options["max_attempts"]
-    if not isinstance(attempts, int) or isinstance(attempts, bool) or attempts < 1:
-        raise ImproperlyDeclared(name, "max_attempts", attempts, "use a whole number, 1 or more")
-    payload = options["payload"]
-    options["payload"] = check_payload(name, {} if payload is None else payload)
-    options["requires"] = frozenset(options["requires"] or ())
-    options["backoff"] = dict(options["backoff"] or {})
-    Backoff.from_dict(name, options["backoff"])
-    _check_policies(name, options)
+    _fill_defaults(options)
+    _check_columns(name, func, schedule, options)
+    options["payload"] = payloads.cleaned(name, options["payload"])  # as it will be stored
+    options["requires"] = frozenset(options["requires"])
+    options["backoff"] = dict(options["backoff"])
+    options["dont_retry"] = _dont_retry(name, options["dont_retry"])
     return Job(name=name, func=func, schedule=schedule, **options)
 
 
-def _check_policies(name: str, options: dict[str, Any]) -> None:
-    _check_choice(name, "executor", options["executor"], EXECUTORS)
-    for key in ("breaker_threshold", "max_concurrency"):
-        value = options[key]
-        if value is not None and (not isinstance(value, int) or value < 1):
-            raise ImproperlyDeclared(name, key, value, "use a whole number, 1 or more, or None")
-    if options["catch_up_limit"] < 1:
-        raise ImproperlyDeclared(name, "catch_up_limit", options["catch_up_limit"], "use 1 or more")
-    for key in ("timeout", "breaker_cooldown", "catch_up_window"):
-        value = options[key]
-        if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
-            raise ImproperlyDeclared(name, key, value, "use a positive datetime.timedelta")
+def _fill_defaults(options: dict[str, Any]) -> None:
+    for key, empty in (("payload", {}), ("requires", ()), ("backoff", {})):
+        if options[key] is None:
+            options[key] = empty
     if options["breaker_threshold"] and options["breaker_cooldown"] is None:
-        options["breaker_cooldown"] = timedelta(minutes=5)
-    retry_never = tuple(options["dont_retry"] or ())
+        options["breaker_cooldown"] = DEFAULT_COOLDOWN
+
+
+def _check_columns(
+    name: str, func: Callable[..., Any], schedule: schedules.Schedule, options: dict[str, Any]
+) -> None:
+    values = {
+        "name": name,
+        "callable_name": name,
+        "source": "code",
+        **schedules.to_fields(schedule),
+        **{key: options[key] for key in COLUMN_OPTIONS},
+    }
+    handler = Job(name=name, func=func, schedule=schedule)
+    problems = validation.definition_errors(values, job=name, handler=handler)
+    if problems:
+        first = problems[0]
+        field = {"timezone": "tz", "interval": schedule.kind}.get(first.field, first.field)
+        if first.field == field:
+            raise first
+        raise ImproperlyDeclared(name, field, first.value, first.hint)
+
+
+def _dont_retry(name: str, given: Any) -> tuple[type[BaseException], ...]:
+    try:
+        retry_never = tuple(given or ())
+    except TypeError:  # not iterable: refused below like any other value
+        retry_never = (given,)
     if not all(isinstance(t, type) and issubclass(t, BaseException) for t in retry_never):
-        raise ImproperlyDeclared(name, "dont_retry", retry_never, "list exception classes")
-    options["dont_retry"] = retry_never
+        raise ImproperlyDeclared(name, "dont_retry", given, "list exception classes")
+    return retry_never
 
 
 @overload
@@ -362,7 +396,19 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
     def decorate(function: Callable[..., Any]) -> Job:
         return registry.register(_build(function, {**defaults, **options}))
 
+    if isinstance(func, str):
+        return _cron_given_positionally(func)
     return decorate(func) if func is not None else decorate
+
+
+def _cron_given_positionally(expr: str) -> Callable[[Callable[..., Any]], Job]:
+    """Refuse ``@job("0 9 * * *")``, naming the function it decorates."""
+
+    def refuse(function: Callable[..., Any]) -> Job:
+        hint = f"pass the cron expression by keyword: @job(cron={expr!r})"
+        raise ImproperlyDeclared(default_name(function) or "?", "cron", expr, hint)
+
+    return refuse
 
 
 def with_options(declared: Job, **changes: Any) -> Job:

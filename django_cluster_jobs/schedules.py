@@ -25,6 +25,8 @@ from .exceptions import ImproperlyDeclared
 _MAX_STEPS = 100_000
 #: How far back to look for a spring-forward transition (longer than any real DST gap).
 _LOOKBACK = timedelta(days=1)
+#: The fix for a time zone that ZoneInfo does not know.
+ZONE_HINT = "not an IANA time zone name; use one such as 'UTC' or 'Europe/Paris'"
 
 
 def occurrence_key(at: datetime) -> str:
@@ -45,10 +47,9 @@ def _utc(at: datetime) -> datetime:
 def _zone(tz: str) -> ZoneInfo:
     try:
         return ZoneInfo(tz)
-    except (ZoneInfoNotFoundError, ValueError, TypeError) as exc:
-        raise ImproperlyDeclared(
-            "?", "tz", tz, "not an IANA time zone name; use one such as 'UTC' or 'Europe/Paris'"
-        ) from exc
+    # A directory ("Europe") or a name too long for the file system raises OSError.
+    except (ZoneInfoNotFoundError, ValueError, TypeError, OSError) as exc:
+        raise ImproperlyDeclared("?", "tz", tz, ZONE_HINT) from exc
 
 
 def _resolve(wall: datetime, zone: ZoneInfo) -> datetime:

@@ -25,7 +25,8 @@ from .models import (
     RunState,
     WorkerNode,
 )
-from .registry import check_payload, registry
+from .registry import registry
+from .validation import check_run_inputs, definition_errors, registered
 
 logger = logging.getLogger(__name__)
 
@@ -76,10 +77,14 @@ def enqueue(
     """Create a pending run of job ``name``; with ``key``, a second call returns the first run.
 
     Without ``at`` the run is due at once on the database's clock, whatever the caller's says.
+    Inputs the engine cannot use raise ImproperlyDeclared (InvalidPayload for the payload).
     """
     using = using or app_settings.DATABASE
-    payload = check_payload(name, payload or {})
     definition, now = _definition_and_now(name, using)
+    handler = registered(definition.callable_name)
+    payload = check_run_inputs(
+        name, payload=payload, priority=priority, key=key, at=at, handler=handler
+    )
     due = at or now
     run_key = f"{outcome}:{key}" if key else f"{outcome}:{uuid.uuid4().hex}"
     fields = {
@@ -168,6 +173,9 @@ def pause(
     Occurrences due before the pause are settled as they stand; none during it is ever run or
     recorded (see docs/explanation/settled-through.md).
     """
+    check_run_inputs(name, at=until)
+    if problems := definition_errors({"pause_reason": reason}, job=name):
+        raise problems[0]
     return _change(name, using, paused_until=until or FOREVER, pause_reason=reason)
 
 
@@ -190,8 +198,15 @@ def _change(name: str, using: str | None, **fields: Any) -> bool:
 
 
 def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
-    """Run a finished (typically dead-lettered) run again as a fresh run linked to it."""
+    """Run a finished (typically dead-lettered) run again as a fresh run linked to it.
+
+    A run whose payload or priority the engine cannot use raises ImproperlyDeclared instead.
+    """
     using = using or app_settings.DATABASE
+    job = run.job
+    check_run_inputs(
+        job.name, payload=run.payload, priority=run.priority, handler=registered(job.callable_name)
+    )
     now = cluster_now(using)
     fresh = JobRun.objects.using(using).create(
         job_id=run.job_id,

@@ -10,7 +10,8 @@
 - ``jobs``: ``name, callable, source, schedule {kind, cron, timezone, interval_seconds},
   description, enabled, paused, paused_until, pause_reason, next_fire_time, last_run,
   last_success, last_failure`` (each run: ``id, key, state, scheduled_at, started_at,
-  finished_at, node, error``);
+  finished_at, node, error``), and ``problems``: why no node can use the stored definition, one
+  message per problem (an orphaned callable, a value the validator refuses), empty when none;
 - ``recent_failures``: the latest failed, timed out, lost and dead-lettered runs, newest first,
   each a run as above plus ``job``.
 """
@@ -28,6 +29,7 @@ from django.utils import timezone
 from .conf import app_settings
 from .coordination import get_coordinator
 from .models import JobDefinition, JobRun, Lease, NodeStatus, RunState, ScheduleKind, WorkerNode
+from .validation import row_errors
 
 #: Name of the leader lease (engine.leader.LEADER; not imported, to keep this module light).
 LEADER = "leader"
@@ -197,6 +199,7 @@ def _job(job: JobDefinition, now: datetime, runs: dict[int, dict[str, Any]]) -> 
         "last_run": runs.get(job.last_run_id),  # type: ignore[attr-defined]
         "last_success": runs.get(job.last_success_id),  # type: ignore[attr-defined]
         "last_failure": runs.get(job.last_failure_id),  # type: ignore[attr-defined]
+        "problems": [str(problem) for problem in row_errors(job)],
     }
 
 

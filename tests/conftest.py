@@ -127,3 +127,14 @@ def wait_until(predicate: Callable[[], object], timeout: float, interval: float 
             return value
         time.sleep(interval)
     pytest.fail(f"condition not met within {timeout}s")
+
+
+@pytest.fixture
+def registry_restored() -> Iterator[None]:
+    """Unregister every job the test declared, whatever its name (valid or not)."""
+    from django_cluster_jobs.registry import registry
+
+    before = {declared.name for declared in registry}
+    yield
+    for name in {declared.name for declared in registry} - before:
+        registry.unregister(name)

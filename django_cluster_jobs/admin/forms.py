@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 from datetime import timedelta
 from functools import lru_cache
 from zoneinfo import available_timezones
@@ -10,13 +9,9 @@ from zoneinfo import available_timezones
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
-from ..exceptions import ImproperlyDeclared, InvalidPayload, UnknownJob
-from ..models import JobDefinition, ScheduleKind, Source
-from ..registry import check_payload, registry
-from ..schedules import from_fields
-
-#: Which form field an ImproperlyDeclared from the schedule code is about.
-SCHEDULE_FIELDS = {"tz": "timezone", "every": "interval", "delay": "interval"}
+from ..models import JobDefinition, Source
+from ..registry import registry
+from ..validation import definition_errors, orphaned, registered
 
 
 @lru_cache(maxsize=1)
@@ -60,14 +55,17 @@ class JobDefinitionForm(forms.ModelForm):
         data = super().clean()
         if "name" in self.fields and data.get("name"):
             self._check_name(data["name"])
-        if "callable_name" in self.fields and data.get("callable_name"):
-            self._check_callable(data["callable_name"])
-        if "schedule_kind" in self.fields:
-            self._check_schedule(data)
-        if "payload" in self.fields and "payload" in data:
-            self._check_payload(data.get("callable_name"), data["payload"])
-        if "requires" in self.fields and "requires" in data:
-            self._check_requires(data["requires"])
+        name = data.get("name") or self.instance.name or _("(new job)")
+        callable_name = data.get("callable_name", self.instance.callable_name)
+        handler = registered(callable_name)
+        given = {field: value for field, value in data.items() if field in self.fields}
+        problems = definition_errors(given, job=str(name), handler=handler)
+        if "callable_name" in self.fields and callable_name and handler is None:
+            problems.insert(0, orphaned(str(name), callable_name, self.instance.source))
+        for problem in problems:
+            # A field the form does not show (a code job's) is the page's problems list's to show.
+            if problem.field in self.fields:
+                self.add_error(problem.field, str(problem))
         return data
 
     def _check_name(self, name: str) -> None:
@@ -80,53 +78,6 @@ class JobDefinitionForm(forms.ModelForm):
                     "of its own and choose %(name)s as its callable."
                 )
                 % {"name": name},
-            )
-
-    def _check_callable(self, name: str) -> None:
-        if name not in registry:
-            self.add_error("callable_name", str(UnknownJob(name, registry.names())))
-
-    def _check_schedule(self, data: dict) -> None:
-        kind, interval = data.get("schedule_kind"), data.get("interval")
-        if kind in (ScheduleKind.EVERY, ScheduleKind.DELAY) and interval is None:
-            self.add_error("interval", _("This kind of schedule needs an interval."))
-            return
-        try:
-            from_fields(kind, data.get("cron", ""), data.get("timezone") or "UTC", interval)
-        except ImproperlyDeclared as exc:
-            self.add_error(SCHEDULE_FIELDS.get(exc.field, "cron"), exc.hint)
-
-    def _check_payload(self, callable_name: str | None, payload: object) -> None:
-        if not isinstance(payload, dict):
-            self.add_error(
-                "payload",
-                _('The payload must be a JSON object of keyword arguments, like {"value": 3}.'),
-            )
-            return
-        try:
-            check_payload(callable_name or "?", payload)
-        except InvalidPayload as exc:
-            self.add_error("payload", str(exc))
-            return
-        if callable_name in registry:
-            self._check_arguments(callable_name, payload)
-
-    def _check_arguments(self, callable_name: str, payload: dict) -> None:
-        declared = registry.get(callable_name)
-        context = (None,) if declared.wants_context else ()
-        try:
-            inspect.signature(declared.func).bind_partial(*context, **payload)
-        except TypeError as exc:
-            self.add_error(
-                "payload",
-                _("%(job)s cannot take this payload as keyword arguments: %(error)s.")
-                % {"job": callable_name, "error": exc},
-            )
-
-    def _check_requires(self, requires: object) -> None:
-        if not isinstance(requires, list) or not all(isinstance(t, str) for t in requires):
-            self.add_error(
-                "requires", _('List the node tags the job needs as strings, like ["gpu"].')
             )
 
 

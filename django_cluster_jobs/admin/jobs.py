@@ -18,7 +18,8 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import app_settings
-from ..models import JobDefinition, JobRun, RunState, ScheduleKind, Source
+from ..models import JobDefinition, JobRun, RunEvent, RunState, ScheduleKind, Source
+from ..validation import is_orphaned, row_errors
 from .base import LedgerDatabaseMixin, ledger
 from .forms import JobDefinitionForm
 from .job_actions import JobActionsMixin, pause_text
@@ -33,9 +34,9 @@ CODE_OWNED = tuple(
     if f.editable and not f.primary_key and f.name not in OPERATOR_OWNED
 )
 FAILURE_STATES = (RunState.FAILED, RunState.TIMED_OUT, RunState.LOST, RunState.DEAD)
-MAIN_FIELDS = ("name", "callable_name", "source", "enabled", "pause_state")
+MAIN_FIELDS = ("name", "callable_name", "source", "enabled", "pause_state", "problem_list")
 SCHEDULE_FIELDS = ("schedule_kind", "cron", "timezone", "interval")
-COMPUTED = ("pause_state", "schedule_description", "next_fire_times")
+COMPUTED = ("pause_state", "problem_list", "schedule_description", "next_fire_times")
 HISTORY = (
     "runs_last_day", "last_run_detail", "last_success", "last_failure", "created_at", "updated_at",
 )  # fmt: skip
@@ -62,7 +63,7 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
     form = JobDefinitionForm
     list_display = (
         "name", "schedule", "source", "enabled", "paused", "placement", "last_run",
-        "next_fire_time",
+        "next_fire_time", "problems",
     )  # fmt: skip
     list_editable = ("enabled",)
     list_filter = ("enabled", PausedFilter, "schedule_kind", "source", "placement")
@@ -101,10 +102,17 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
         return ("source", *COMPUTED, *HISTORY)
 
     def has_delete_permission(self, request, obj=None):
-        # The code would re-create the row at the next start, and deleting cascades its runs.
-        if obj is not None and obj.source == Source.CODE:
+        # The code would re-create the row at the next start, and deleting cascades its runs;
+        # an orphaned code row (its code renamed or removed) is no one's to re-create.
+        if obj is not None and obj.source == Source.CODE and not is_orphaned(obj):
             return False
         return super().has_delete_permission(request, obj)
+
+    def get_deleted_objects(self, objs, request):
+        # A job's runs and their events go with it, though the ledger's own pages delete none.
+        deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
+        cascaded = {str(model._meta.verbose_name) for model in (JobRun, RunEvent)}
+        return deleted, counts, perms_needed - cascaded, protected
 
     def get_actions(self, request, action_location=None):
         # Django 6.1 passes action_location (change list or change form); 5.2 knows none.
@@ -132,6 +140,15 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
         state = dict(RunState.choices).get(obj.last_run_state, obj.last_run_state)
         return f"{state} · {when(obj.last_run_at)}"
 
+    @admin.display(description=_("problems"))
+    def problems(self, obj):
+        found = row_errors(obj)
+        if not found:
+            return "-"
+        if is_orphaned(obj):
+            return _("orphaned")
+        return _("invalid: %(fields)s") % {"fields": ", ".join(p.field for p in found)}
+
     @admin.display(description=_("next fire time"))
     def next_fire_time(self, obj):
         if not obj.enabled:
@@ -143,6 +160,13 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
     @admin.display(description=_("paused"))
     def pause_state(self, obj):
         return pause_text(obj) or _("No")
+
+    @admin.display(description=_("problems"))
+    def problem_list(self, obj):
+        found = row_errors(obj) if obj.pk else []
+        if not found:
+            return _("None: the scheduler can use this definition.")
+        return format_html_join("", "<p>{}</p>", ((str(p),) for p in found))
 
     @admin.display(description=_("reads as"))
     def schedule_description(self, obj):

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.db.models import DurationField, ExpressionWrapper, F
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from .. import services
 from ..conf import app_settings
+from ..exceptions import ImproperlyDeclared
 from ..models import LIVE_STATES, JobDefinition, JobRun, RunEvent, RunState, WorkerNode
 from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, actor, ledger
 from .text import as_json, interval_text, pre
@@ -131,7 +132,11 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
         runs = list(ledger(JobRun).filter(pk__in=_pks(queryset)).exclude(state__in=LIVE_STATES))
         changed = []
         for run in runs:
-            fresh = services.replay(run, by=actor(request))
+            try:
+                fresh = services.replay(run, by=actor(request))
+            except ImproperlyDeclared as exc:  # a stored run the engine cannot take again
+                self.message_user(request, str(exc), messages.WARNING)
+                continue
             changed.append((run, f"Replayed as run {fresh.pk}."))
         text = ngettext(
             "%(n)d run replayed as a fresh pending run.",

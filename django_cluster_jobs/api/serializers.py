@@ -6,19 +6,27 @@ Serializers that need the time take ``now`` (the cluster's clock) from their con
 
 from __future__ import annotations
 
-import inspect
 from datetime import datetime
 from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
 from rest_framework import serializers
+from rest_framework.settings import api_settings
 
 from ..conf import app_settings
-from ..exceptions import InvalidPayload, UnknownJob
+from ..exceptions import ImproperlyDeclared, UnknownJob
 from ..models import JobDefinition, JobRun, Outcome, RunEvent, RunState, WorkerNode
-from ..registry import Job, check_payload, registry
+from ..registry import Job, registry
 from ..status import FAILURE_STATES, describe
+from ..validation import (
+    KEY_MAX_LENGTH,
+    PAUSE_REASON_MAX_LENGTH,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    check_run_inputs,
+    definition_errors,
+)
 
 #: How many fire times a job's detail lists.
 FIRE_TIMES = 5
@@ -260,14 +268,11 @@ def handler_for(name: str) -> Job:
     return registry.get(stored.values_list("callable_name", flat=True).first() or name)
 
 
-def check_arguments(handler: Job, payload: dict) -> None:
-    """Raise TypeError unless the handler accepts ``payload`` as keyword arguments."""
-    context = (None,) if handler.wants_context else ()
-    inspect.signature(handler.func).bind_partial(*context, **payload)
-
-
 class RunRequestSerializer(serializers.Serializer):
     """A payload for a run of the job named in the context: JSON its handler can take."""
+
+    #: The arguments of validation.check_run_inputs, and the field each comes from.
+    inputs = {"payload": "payload"}
 
     payload = serializers.DictField(required=False, default=dict)
 
@@ -277,24 +282,32 @@ class RunRequestSerializer(serializers.Serializer):
             handler = handler_for(name)
         except UnknownJob as exc:
             raise serializers.ValidationError({"job": str(exc)}) from exc
+        given = {argument: attrs.get(field) for argument, field in self.inputs.items()}
         try:
-            attrs["payload"] = check_payload(name, attrs["payload"])
-            check_arguments(handler, attrs["payload"])
-        except (InvalidPayload, TypeError) as exc:
-            message = f"{handler.name} cannot take this payload: {exc}"
-            raise serializers.ValidationError({"payload": message}) from exc
+            attrs["payload"] = check_run_inputs(name, handler=handler, **given)
+        except ImproperlyDeclared as exc:  # InvalidPayload too
+            field = self.inputs.get(exc.field, api_settings.NON_FIELD_ERRORS_KEY)
+            raise serializers.ValidationError({field: str(exc)}) from exc
         return attrs
 
 
 class EnqueueSerializer(RunRequestSerializer):
     """A one-off run: at ``run_at`` (default now); one run per ``idempotency_key``."""
 
+    inputs = {"payload": "payload", "at": "run_at", "key": "idempotency_key",
+              "priority": "priority"}  # fmt: skip
+
     run_at = serializers.DateTimeField(required=False, allow_null=True, default=None)
     idempotency_key = serializers.CharField(
-        required=False, allow_null=True, default=None, max_length=200
+        required=False, allow_null=True, default=None, max_length=KEY_MAX_LENGTH
     )
     priority = serializers.IntegerField(
-        required=False, allow_null=True, default=None, min_value=-(2**31), max_value=2**31 - 1
+        required=False,
+        allow_null=True,
+        default=None,
+        min_value=PRIORITY_MIN,
+        max_value=PRIORITY_MAX,
+        help_text="Larger runs sooner; the job's priority when left out.",
     )
 
 
@@ -302,12 +315,24 @@ class PauseSerializer(serializers.Serializer):
     """Pause until ``until`` (default: until resumed), with a reason shown to operators."""
 
     until = serializers.DateTimeField(required=False, allow_null=True, default=None)
-    reason = serializers.CharField(required=False, allow_blank=True, default="", max_length=200)
+    reason = serializers.CharField(
+        required=False, allow_blank=True, default="", max_length=PAUSE_REASON_MAX_LENGTH
+    )
 
     def validate_until(self, until: datetime | None) -> datetime | None:
         if until is not None and until <= timezone.now():
             raise serializers.ValidationError("Pause until a time in the future.")
         return until
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        name = self.context["job"]
+        try:
+            check_run_inputs(name, at=attrs["until"])
+        except ImproperlyDeclared as exc:
+            raise serializers.ValidationError({"until": str(exc)}) from exc
+        if problems := definition_errors({"pause_reason": attrs["reason"]}, job=name):
+            raise serializers.ValidationError({"reason": str(problems[0])})
+        return attrs
 
 
 class RunFilterSerializer(serializers.Serializer):

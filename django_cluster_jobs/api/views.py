@@ -24,7 +24,7 @@ from rest_framework.viewsets import ReadOnlyModelViewSet
 from .. import services
 from ..conf import app_settings
 from ..coordination import get_coordinator
-from ..exceptions import InvalidPayload, UnknownJob
+from ..exceptions import ImproperlyDeclared, UnknownJob
 from ..models import (
     LIVE_STATES,
     JobDefinition,
@@ -114,8 +114,8 @@ class JobViewSet(ClusterView, ReadOnlyModelViewSet):
             run = call(*args, **kwargs)
         except UnknownJob as exc:
             raise serializers.ValidationError({"job": str(exc)}) from exc
-        except InvalidPayload as exc:
-            raise serializers.ValidationError({"payload": str(exc)}) from exc
+        except ImproperlyDeclared as exc:  # InvalidPayload too: the field is "payload"
+            raise serializers.ValidationError({exc.field: str(exc)}) from exc
         return run_response(run, status.HTTP_201_CREATED)
 
     def _job_response(self, name: str) -> Response:
@@ -192,7 +192,11 @@ class RunViewSet(ClusterView, ReadOnlyModelViewSet):
         run = self.get_object()
         if run.state in LIVE_STATES:
             raise Conflict(f"Only finished runs can be replayed; run {run.pk} is {run.state}.")
-        return run_response(services.replay(run, by=actor(request)), status.HTTP_201_CREATED)
+        try:
+            fresh = services.replay(run, by=actor(request))
+        except ImproperlyDeclared as exc:  # a stored run the engine cannot take again
+            raise serializers.ValidationError({exc.field: str(exc)}) from exc
+        return run_response(fresh, status.HTTP_201_CREATED)
 
 
 class NodeViewSet(ClusterView, ReadOnlyModelViewSet):

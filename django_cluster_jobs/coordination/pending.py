@@ -18,12 +18,8 @@ from typing import Any
 from django.db.models import QuerySet
 
 from ..conf import app_settings
-
-try:  # the one validator's bounds
-    from ..validation import PRIORITY_MAX, PRIORITY_MIN
-except ImportError:  # pragma: no cover
-    PRIORITY_MIN, PRIORITY_MAX = -100, 100
 from ..models import JobRun
+from ..validation import PRIORITY_MAX, PRIORITY_MIN
 from . import sql
 from .base import Won, dt_param
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 from ..models import JobDefinition
 from ..registry import Job, Registry
 from ..schedules import Schedule
+from ..validation import row_errors
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +39,7 @@ def load_planned(alias: str, registry: Registry) -> dict[str, Planned]:
     by name. An unusable row is left out and logged with its problem, once per change of it;
     every other job is planned (see :func:`problems`)."""
     planned = {}
-    for definition in JobDefinition.objects.using(alias).all():
+    for definition in _rows(alias):
         if definition.callable_name not in registry:
             continue
         found = problems(definition)
@@ -50,15 +51,28 @@ def load_planned(alias: str, registry: Registry) -> dict[str, Planned]:
     return planned
 
 
+def _rows(alias: str) -> list[JobDefinition]:
+    """Every stored definition; row by row when one cannot even be read (a column a raw SQL
+    write filled with what Django cannot convert), leaving that one out, logged."""
+    rows = JobDefinition.objects.using(alias)
+    try:
+        return list(rows.all())
+    except (ValueError, TypeError, OverflowError):
+        pass
+    readable = []
+    for pk, name in rows.values_list("pk", "name"):
+        try:
+            readable.append(rows.get(pk=pk))
+        except (ValueError, TypeError, OverflowError) as exc:
+            logger.error("job %r cannot be read from the database (%s); it is not planned", name,
+                         exc, extra={"job": name})  # fmt: skip
+    return readable
+
+
 def problems(definition: JobDefinition) -> list[str]:
     """Why a stored definition cannot be planned (empty when it can): the validator's verdict,
     and the schedule's own."""
-    try:
-        from ..validation import row_errors
-    except ImportError:  # pragma: no cover - the validator arrives with its own module
-        found = []
-    else:
-        found = [str(error) for error in row_errors(definition)]
+    found = [str(error) for error in row_errors(definition)]
     try:
         schedule = definition.get_schedule()
         if schedule.slotted:  # an interval that reaches past the end of the calendar

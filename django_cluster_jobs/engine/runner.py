@@ -264,7 +264,7 @@ class Runner:
         return active.won.attempt < attempts and not (never and isinstance(exc, never))
 
     def _retry(self, active: Active, outcome: Outcome, now: datetime) -> datetime:
-        policy = Backoff(**(active.planned.definition.backoff or {}))
+        policy = Backoff.from_dict(active.planned.name, active.planned.definition.backoff)
         due = now + policy.delay(active.won.attempt)
         if self._retrying(
             lambda: self.coordinator.retry(

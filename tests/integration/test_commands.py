@@ -340,6 +340,7 @@ JOB_KEYS = {
     "last_run",
     "last_success",
     "last_failure",
+    "problems",
 }
 RUN_KEYS = {"id", "key", "state", "scheduled_at", "started_at", "finished_at", "node", "error"}
 

@@ -29,6 +29,7 @@ DEFAULTS = {
     "EPOCH": datetime(1970, 1, 1, tzinfo=UTC),
     "PRIORITY_AGING": 60.0,
     "QUEUE_LIMITS": {},
+    "MAX_PAYLOAD_BYTES": 65536,
 }
 
 

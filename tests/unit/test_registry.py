@@ -58,20 +58,23 @@ def make_context(name: str = "unit.job", **changes) -> RunContext:
 # -- the decorator --------------------------------------------------------------------------------
 
 
-def test_bare_decorator_declares_an_on_demand_job_named_after_the_function():
-    @job
-    def bare(x: int = 1) -> int:
-        return x * 10
+def bare(x: int = 1) -> int:
+    return x * 10
 
-    name = f"{MODULE}.test_bare_decorator_declares_an_on_demand_job_named_after_the_function"
-    name += ".<locals>.bare"
-    assert isinstance(bare, Job)
-    assert bare.name == name == bare.origin
-    assert bare.schedule == OnDemand()
-    assert bare() == 10
-    assert bare(4) == 40
-    assert bare(x=5) == 50
-    assert registry.get(name) is bare
+
+def test_bare_decorator_declares_an_on_demand_job_named_after_the_function():
+    # What ``@job`` above a module-level ``def bare`` does (a function inside a test would be
+    # named with ``<locals>``, which needs name=).
+    declared = job(bare)
+
+    name = f"{MODULE}.bare"
+    assert isinstance(declared, Job)
+    assert declared.name == name == declared.origin
+    assert declared.schedule == OnDemand()
+    assert declared() == 10
+    assert declared(4) == 40
+    assert declared(x=5) == 50
+    assert registry.get(name) is declared
     assert name in registry
 
 

@@ -21,7 +21,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError
 
 from ...engine.oneshot import OneShot, Result
-from ...exceptions import InvalidPayload, UnknownJob
+from ...exceptions import ImproperlyDeclared, UnknownJob
+from ...validation import check_run_inputs
 from .runscheduler import configure_logging
 
 
@@ -129,9 +130,11 @@ class Command(BaseCommand):
         except UnknownJob as exc:
             raise CommandError(str(exc)) from None
         try:
+            inputs = {key: options[key] for key in ("payload", "at", "key")}
+            check_run_inputs(shot.name, handler=shot.planned.job, **inputs)
             with foreground(shot, options["verbosity"]):
                 result = shot.run(options["payload"], at=options["at"], key=options["key"])
-        except InvalidPayload as exc:
+        except ImproperlyDeclared as exc:  # InvalidPayload too
             raise CommandError(str(exc)) from None
         if not result.ok:
             raise CommandError(describe(result), returncode=1)

@@ -77,6 +77,7 @@ def job_lines(report: dict[str, Any]) -> list[str]:
             f"    next {job['next_fire_time'] or '-'} | last run {_run(job['last_run'])} | "
             f"last success {_run(job['last_success'])} | last failure {_run(job['last_failure'])}"
         )
+        lines += [f"    INVALID: {problem}" for problem in job["problems"]]
     return lines
 
 

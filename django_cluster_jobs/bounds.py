@@ -1,0 +1,73 @@
+"""The bounds of every value a job definition or a run may hold (re-exported by validation).
+
+Lengths are the columns' (tests compare them with the models). Counts fit PostgreSQL's 32-bit
+integers. Durations and run times keep the engine's date arithmetic inside the calendar: every
+run time lies between EARLIEST_RUN_AT and LATEST_RUN_AT, and twice the longest duration added to
+LATEST_RUN_AT, or taken from EARLIEST_RUN_AT, is still a date (years 1 to 9999).
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+#: Django Tasks' priority range; a larger priority runs sooner.
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+
+#: Column lengths (JobDefinition.name, callable_name, cron, timezone, queue, pause_reason).
+NAME_MAX_LENGTH = 200
+CRON_MAX_LENGTH = 200
+TIMEZONE_MAX_LENGTH = 64
+QUEUE_MAX_LENGTH = 100
+PAUSE_REASON_MAX_LENGTH = 200
+#: An idempotency key: JobRun.key holds ``<outcome>:<key>`` in 255 characters.
+KEY_MAX_LENGTH = 200
+#: Node tags in ``requires``: how many, and how long each.
+TAGS_MAX = 100
+TAG_MAX_LENGTH = 100
+
+#: A job's name is what the API's URLs route (``/jobs/<name>/``) and the admin, logs and metrics
+#: show: letters, digits and ``_ . : -``, starting with a letter, a digit or ``_``. Default names
+#: (``module.qualname`` of a module-level function) always match.
+NAME_PATTERN = re.compile(r"\w[\w.:-]*")
+
+#: The largest PositiveIntegerField value PostgreSQL stores (breaker_threshold, max_concurrency).
+COUNT_MAX = 2**31 - 1
+#: Attempts of one run: also bounds ``backoff.factor ** attempts``, so that no float overflows.
+MAX_ATTEMPTS = 100
+#: Missed occurrences the run_all misfire policy may queue at once.
+CATCH_UP_LIMIT_MAX = 10_000
+
+#: The longest interval, catch-up window and breaker cooldown (ten years of 366 days).
+MAX_INTERVAL = timedelta(days=3660)
+MAX_WINDOW = MAX_INTERVAL
+MAX_COOLDOWN = MAX_INTERVAL
+#: The longest timeout: a thread's timer must accept it on every platform (threading.TIMEOUT_MAX
+#: is about 49 days on Windows).
+MAX_TIMEOUT = timedelta(days=30)
+
+#: Backoff: ``base`` and ``cap`` in seconds, at most MAX_INTERVAL; ``factor`` at most this, so
+#: ``base * factor ** (MAX_ATTEMPTS - 1)`` stays a finite float.
+BACKOFF_SECONDS_MAX = MAX_INTERVAL.total_seconds()
+BACKOFF_FACTOR_MAX = 100
+
+#: The earliest and latest time a run may be due (enqueue's ``at``, a pause's end).
+EARLIEST_RUN_AT = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_RUN_AT = datetime(9000, 1, 1, tzinfo=UTC)
+
+#: How deeply lists and objects may nest in a payload.
+PAYLOAD_DEPTH_MAX = 32
+
+#: The choices of the policy columns (the models' TextChoices hold the same values).
+SCHEDULE_KINDS = ("cron", "every", "delay", "startup", "on_demand")
+#: The kinds whose runs fire on their own, with the definition's payload alone.
+SELF_FIRING = ("cron", "every", "delay", "startup")
+SOURCES = ("code", "database")
+PLACEMENTS = ("cluster", "every_node")
+DELIVERIES = ("at_least_once", "at_most_once")
+OVERLAPS = ("skip", "allow", "buffer_one", "cancel_other")
+MISFIRES = ("fire_once", "skip", "run_all")
+EXECUTORS = ("thread", "process")
+BACKOFF_KINDS = ("fixed", "exponential", "exponential_jitter")
+BACKOFF_KEYS = ("kind", "base", "factor", "cap")

@@ -1,0 +1,218 @@
+"""The one validator of a job's definition and of a run's inputs, used at every door.
+
+The doors: the ``@job`` decorator, the admin's job form, the REST API's input serializers, the
+services (enqueue, trigger, replay, pause), ``runjob``, the system checks and the node when it
+loads stored rows. A problem is an :class:`ImproperlyDeclared` (an :class:`InvalidPayload` for
+the payload) naming the job, the field, the value (shortened when huge) and the fix. The bounds
+and why they are what they are: :mod:`django_cluster_jobs.bounds`, re-exported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from . import columns, payloads
+from .bounds import (
+    BACKOFF_FACTOR_MAX,
+    BACKOFF_SECONDS_MAX,
+    CATCH_UP_LIMIT_MAX,
+    COUNT_MAX,
+    CRON_MAX_LENGTH,
+    EARLIEST_RUN_AT,
+    KEY_MAX_LENGTH,
+    LATEST_RUN_AT,
+    MAX_ATTEMPTS,
+    MAX_COOLDOWN,
+    MAX_INTERVAL,
+    MAX_TIMEOUT,
+    MAX_WINDOW,
+    NAME_MAX_LENGTH,
+    NAME_PATTERN,
+    PAUSE_REASON_MAX_LENGTH,
+    PAYLOAD_DEPTH_MAX,
+    PRIORITY_MAX,
+    PRIORITY_MIN,
+    QUEUE_MAX_LENGTH,
+    SELF_FIRING,
+    TAG_MAX_LENGTH,
+    TAGS_MAX,
+    TIMEZONE_MAX_LENGTH,
+)
+from .exceptions import ImproperlyDeclared, InvalidPayload, shown
+
+if TYPE_CHECKING:
+    from .models import JobDefinition
+    from .registry import Job
+
+__all__ = [
+    "BACKOFF_FACTOR_MAX", "BACKOFF_SECONDS_MAX", "CATCH_UP_LIMIT_MAX", "COLUMNS", "COUNT_MAX",
+    "CRON_MAX_LENGTH", "EARLIEST_RUN_AT", "KEY_MAX_LENGTH", "LATEST_RUN_AT", "MAX_ATTEMPTS",
+    "MAX_COOLDOWN", "MAX_INTERVAL", "MAX_TIMEOUT", "MAX_WINDOW", "NAME_MAX_LENGTH", "NAME_PATTERN",
+    "PAUSE_REASON_MAX_LENGTH", "PAYLOAD_DEPTH_MAX", "PRIORITY_MAX", "PRIORITY_MIN",
+    "QUEUE_MAX_LENGTH", "TAGS_MAX", "TAG_MAX_LENGTH", "TIMEZONE_MAX_LENGTH", "check_run_inputs",
+    "definition_errors", "is_orphaned", "registered", "row_errors",
+]  # fmt: skip
+
+#: The JobDefinition columns the validator checks, in the models' order.
+COLUMNS = tuple(columns.RULES)
+_ORDER = {column: i for i, column in enumerate(COLUMNS)}
+_KEY = columns.text(KEY_MAX_LENGTH, blank=True)
+
+
+def definition_errors(
+    values: Mapping[str, Any], *, job: str, handler: Job | None = None
+) -> list[ImproperlyDeclared]:
+    """Return every problem of the given columns of a job definition; never raise.
+
+    Only the columns in ``values`` are checked (keys that are not columns are ignored); a rule
+    across columns (a schedule's interval, a breaker's cooldown) applies when all of its columns
+    are given. With ``handler``, the payload is bound to its signature: completely for a job that
+    fires on its own, partially for one that runs on demand (each run may add arguments).
+    """
+    name = _label(job)
+    try:
+        if not isinstance(values, Mapping):
+            hint = "pass a mapping of column names to values"
+            return [ImproperlyDeclared(name, "definition", values, hint)]
+        given = {column: values[column] for column in COLUMNS if column in values}
+        found = _columns(name, given) + _schedule(name, given) + _breaker(name, given)
+        found += _payload(name, given, handler)
+    except Exception as exc:  # a mapping that fails when read: say so, never raise
+        return [ImproperlyDeclared(name, "definition", values, f"it cannot be read ({exc!r})")]
+    return sorted(found, key=lambda problem: _ORDER.get(problem.field, len(_ORDER)))
+
+
+def row_errors(definition: JobDefinition) -> list[ImproperlyDeclared]:
+    """Return every problem of a stored definition as a node loads it; never raise.
+
+    A callable that is not registered makes the definition orphaned: that problem comes first.
+    """
+    try:
+        values = {column: getattr(definition, column) for column in COLUMNS}
+    except Exception as exc:  # a partial object: report it rather than fail the caller
+        return [ImproperlyDeclared("?", "definition", definition, f"it cannot be read ({exc!r})")]
+    name = _label(values["name"])
+    handler = registered(values["callable_name"])
+    found = [] if handler else [orphaned(name, values["callable_name"], values["source"])]
+    return found + definition_errors(values, job=name, handler=handler)
+
+
+def check_run_inputs(
+    job: str,
+    *,
+    payload: Any = None,
+    priority: Any = None,
+    key: Any = None,
+    at: Any = None,
+    handler: Job | None = None,
+) -> dict:
+    """Return a run's payload as it will be stored; raise ImproperlyDeclared or InvalidPayload.
+
+    ``priority`` (None: the job's), ``key`` (an idempotency key) and ``at`` (when the run is
+    due) are checked when given; with ``handler``, the payload is bound to its signature
+    partially (the job's own payload may supply the rest).
+    """
+    name = _label(job)
+    for field, value, rule in (
+        ("priority", priority, columns.RULES["priority"]),
+        ("key", key, _KEY),
+        ("at", at, columns.run_at),
+    ):
+        hint = None if value is None else _apply(rule, value)
+        if hint:
+            raise ImproperlyDeclared(name, field, value, hint)
+    try:
+        cleaned = payloads.cleaned(name, {} if payload is None else payload)
+        if handler is not None:
+            payloads.bind(name, handler, cleaned, complete=False)
+    except InvalidPayload:
+        raise
+    except Exception as exc:  # an object that fails while it is read
+        raise InvalidPayload(name, value=payload, hint=f"it cannot be read ({exc!r})") from None
+    return cleaned
+
+
+def registered(callable_name: Any) -> Job | None:
+    """Return the registered job that runs ``callable_name``, or None."""
+    from .registry import registry
+
+    try:
+        return registry.get(callable_name) if callable_name in registry else None
+    except Exception:  # an unhashable name, or the registry before the apps are ready
+        return None
+
+
+def is_orphaned(definition: JobDefinition) -> bool:
+    """True when no registered code runs this stored definition."""
+    return registered(getattr(definition, "callable_name", None)) is None
+
+
+def orphaned(job: str, callable_name: Any, source: Any) -> ImproperlyDeclared:
+    """Return the problem of a definition whose callable is not registered."""
+    if source == "code":
+        hint = (
+            f"No job named {shown(callable_name)} is registered: the code that declared this "
+            "job was renamed or removed, so the definition is orphaned and no node runs it. "
+            "Declare it again with @job, or delete it in the admin (its runs go with it)."
+        )
+    else:
+        hint = (
+            f"No job named {shown(callable_name)} is registered, so the definition is orphaned "
+            "and no node runs it. Point it at a registered job, or delete it."
+        )
+    return ImproperlyDeclared(job, "callable_name", callable_name, hint)
+
+
+def _label(job: Any) -> str:
+    return job if isinstance(job, str) else shown(job)
+
+
+def _apply(rule: columns.Rule, value: Any) -> str | None:
+    try:
+        return rule(value)
+    except Exception as exc:  # a value whose comparison or iteration fails
+        return f"it cannot be checked ({exc!r})"
+
+
+def _columns(name: str, given: dict[str, Any]) -> list[ImproperlyDeclared]:
+    found = []
+    for column, value in given.items():
+        if hint := _apply(columns.RULES[column], value):
+            found.append(ImproperlyDeclared(name, column, value, hint))
+    return found
+
+
+def _schedule(name: str, given: dict[str, Any]) -> list[ImproperlyDeclared]:
+    kind = given.get("schedule_kind")
+    if kind in ("every", "delay") and "interval" in given and given["interval"] is None:
+        hint = "this kind of schedule needs an interval (a positive duration)"
+        return [ImproperlyDeclared(name, "interval", None, hint)]
+    if kind != "cron":
+        return []
+    found = []
+    for column, rule in (("cron", columns.cron), ("timezone", columns.zone)):
+        value = given.get(column)
+        if column in given and not columns.RULES[column](value) and (hint := _apply(rule, value)):
+            found.append(ImproperlyDeclared(name, column, value, hint))
+    return found
+
+
+def _breaker(name: str, given: dict[str, Any]) -> list[ImproperlyDeclared]:
+    if not given.get("breaker_threshold") or given.get("breaker_cooldown", 0) is not None:
+        return []
+    hint = "a circuit breaker needs a cooldown: how long the job stays paused once it opens"
+    return [ImproperlyDeclared(name, "breaker_cooldown", None, hint)]
+
+
+def _payload(name: str, given: dict[str, Any], handler: Job | None) -> list[ImproperlyDeclared]:
+    if "payload" not in given:
+        return []
+    try:
+        cleaned = payloads.cleaned(name, given["payload"])
+        if handler is not None:
+            complete = given.get("schedule_kind") in SELF_FIRING
+            payloads.bind(name, handler, cleaned, complete=complete)
+    except InvalidPayload as exc:
+        return [exc]
+    return []
