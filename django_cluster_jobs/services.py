@@ -73,12 +73,37 @@ def enqueue(
     key: str | None = None,
     priority: int | None = None,
     outcome: str = Outcome.ENQUEUED,
+    by: str = "",
     using: str | None = None,
 ) -> JobRun:
     """Create a pending run of job ``name``; with ``key``, a second call returns the first run.
 
     Without ``at`` the run is due at once on the database's clock, whatever the caller's says.
     """
+    run, _ = get_or_enqueue(
+        name, payload, at=at, key=key, priority=priority, outcome=outcome, by=by, using=using
+    )
+    return run
+
+
+def _asked_by(outcome: str, by: str) -> str:
+    """Return a run's reason naming who asked for it: ``triggered by admin:alice``."""
+    verb = "triggered" if outcome == Outcome.MANUAL else "enqueued"
+    return f"{verb} by {by}" if by else ""
+
+
+def get_or_enqueue(
+    name: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    at: datetime | None = None,
+    key: str | None = None,
+    priority: int | None = None,
+    outcome: str = Outcome.ENQUEUED,
+    by: str = "",
+    using: str | None = None,
+) -> tuple[JobRun, bool]:
+    """Do what :func:`enqueue` does; return the run and whether this call created it."""
     using = using or app_settings.DATABASE
     payload = check_payload(name, payload or {})
     definition, now = _definition_and_now(name, using)
@@ -92,12 +117,13 @@ def enqueue(
         "priority": definition.priority if priority is None else priority,
         "payload": payload,
         "created_at": now,
+        "reason": _asked_by(outcome, by),
     }
     notify = get_coordinator(using).notify_pending
     if not key:  # a fresh random key cannot exist yet: one INSERT, no look-up, no savepoint
         run = JobRun.objects.using(using).create(job=definition, key=run_key, **fields)
         transaction.on_commit(notify, using=using)
-        return run
+        return run, True
     try:
         with transaction.atomic(using=using):
             run, created = JobRun.objects.using(using).get_or_create(
@@ -116,17 +142,26 @@ def enqueue(
             run.pk,
             extra={"job": name},
         )
-    return run
+    return run, created
 
 
-def request_drain(node_ids: list[str], using: str | None = None) -> int:
+def request_drain(node_ids: list[str], using: str | None = None, *, by: str = "") -> int:
     """Ask active nodes to drain; each notices at its next heartbeat. Return how many."""
     using = using or app_settings.DATABASE
-    return (
-        WorkerNode.objects.using(using)
-        .filter(node_id__in=node_ids, status=NodeStatus.ACTIVE)
-        .update(status=NodeStatus.DRAINING)
-    )
+    with transaction.atomic(using=using):
+        nodes = WorkerNode.objects.using(using).filter(
+            node_id__in=node_ids, status=NodeStatus.ACTIVE
+        )
+        asked = list(nodes.select_for_update().values_list("node_id", flat=True))
+        WorkerNode.objects.using(using).filter(node_id__in=asked).update(status=NodeStatus.DRAINING)
+    for node_id in asked:
+        _log_act(by, "drain of %s requested", node_id, node=node_id)
+    return len(asked)
+
+
+def _log_act(by: str, message: str, name: str, **extra: str) -> None:
+    """Log an operator's act on ``name``, naming who acted (the ledger has no row for it)."""
+    logger.info(f"{message} by %s", name, by or "an unnamed caller", extra={"actor": by, **extra})
 
 
 def request_cancel(run: JobRun, by: str = "", using: str | None = None) -> bool:
@@ -152,36 +187,61 @@ def trigger(
     name: str, payload: dict[str, Any] | None = None, *, by: str = "", using: str | None = None
 ) -> JobRun:
     """Run a job now, outside its schedule (the admin's "run now"); returns the pending run."""
-    run = enqueue(name, payload, outcome=Outcome.MANUAL, using=using)
-    if by:
-        JobRun.objects.using(run._state.db).filter(pk=run.pk).update(reason=f"triggered by {by}")
-    return run
+    return enqueue(name, payload, outcome=Outcome.MANUAL, by=by, using=using)
+
+
+#: Room for a pause's reason (the column's length).
+PAUSE_REASON_LENGTH = JobDefinition._meta.get_field("pause_reason").max_length or 200
+
+
+def pause_reason(reason: str, by: str) -> str:
+    """Return a pause's stored reason: the operator's words, then who paused, within the column."""
+    if not by:
+        return (reason or "paused by an operator")[:PAUSE_REASON_LENGTH]
+    signed = f"paused by {by}"
+    room = PAUSE_REASON_LENGTH - len(signed) - len(" ()")
+    if not reason or room < 2:
+        return signed[:PAUSE_REASON_LENGTH]
+    if len(reason) > room:
+        reason = reason[: room - 1] + "…"
+    return f"{reason} ({signed})"
 
 
 def pause(
     name: str,
     *,
     until: datetime | None = None,
-    reason: str = "paused by an operator",
+    reason: str = "",
+    by: str = "",
     using: str | None = None,
 ) -> bool:
-    """Stop firing a job (until ``until``, or until resumed); nodes re-plan within a heartbeat."""
+    """Stop firing a job (until ``until``, or until resumed); nodes re-plan within a heartbeat.
+
+    The stored reason names who paused, as :func:`pause_reason` words it.
+    """
     using = using or app_settings.DATABASE
     return bool(
         JobDefinition.objects.using(using)
         .filter(name=name)
-        .update(paused_until=until or FOREVER, pause_reason=reason, updated_at=timezone.now())
+        .update(
+            paused_until=until or FOREVER,
+            pause_reason=pause_reason(reason, by),
+            updated_at=timezone.now(),
+        )
     )
 
 
-def resume(name: str, using: str | None = None) -> bool:
+def resume(name: str, using: str | None = None, *, by: str = "") -> bool:
     """Resume a paused job (also a breaker-opened one) at once."""
     using = using or app_settings.DATABASE
-    return bool(
+    resumed = bool(
         JobDefinition.objects.using(using)
         .filter(name=name)
         .update(paused_until=None, pause_reason="", updated_at=timezone.now())
     )
+    if resumed:
+        _log_act(by, "%s resumed", name, job=name)
+    return resumed
 
 
 def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
@@ -212,7 +272,9 @@ def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
     return fresh
 
 
-def set_enabled(names: list[str], *, enabled: bool, using: str | None = None) -> list[str]:
+def set_enabled(
+    names: list[str], *, enabled: bool, by: str = "", using: str | None = None
+) -> list[str]:
     """Enable or disable jobs by name; nodes re-plan within a heartbeat. Return those changed."""
     using = using or app_settings.DATABASE
     with transaction.atomic(using=using):
@@ -221,4 +283,6 @@ def set_enabled(names: list[str], *, enabled: bool, using: str | None = None) ->
         JobDefinition.objects.using(using).filter(name__in=changed).update(
             enabled=enabled, updated_at=timezone.now()
         )
+    for name in changed:
+        _log_act(by, "%s enabled" if enabled else "%s disabled", name, job=name)
     return changed

@@ -25,6 +25,7 @@ from django.utils.translation import gettext_lazy, ngettext
 from .. import services
 from ..engine.leader import LEADER
 from ..models import ClusterEvent, JobRun, Lease, NodeStatus, RunState, WorkerNode
+from ..permissions import ADMIN, actor
 from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, ledger
 from .runs import NodeFilter
 from .text import interval_text, when
@@ -85,7 +86,9 @@ class WorkerNodeAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, 
     def drain(self, request, queryset):
         nodes = list(ledger(WorkerNode).filter(pk__in=list(queryset.values_list("pk", flat=True))))
         active = [node for node in nodes if node.status == NodeStatus.ACTIVE]
-        drained = services.request_drain([node.node_id for node in active])
+        drained = services.request_drain(
+            [node.node_id for node in active], by=actor(request, ADMIN)
+        )
         changed = [(node, "Drain requested.") for node in active]
         text = ngettext(
             "%(n)d node will drain at its next heartbeat.",

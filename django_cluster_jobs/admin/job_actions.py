@@ -10,8 +10,9 @@ from django.utils.translation import gettext_lazy, ngettext
 
 from .. import services
 from ..models import JobDefinition
+from ..permissions import ADMIN, actor
 from ..registry import registry
-from .base import FROM_OBJECT, OperatorActionsMixin, actor, ledger
+from .base import FROM_OBJECT, OperatorActionsMixin, ledger
 from .forms import PauseForm
 from .text import when
 
@@ -48,7 +49,7 @@ class JobActionsMixin(OperatorActionsMixin):
         runnable = [job for job in jobs if job.callable_name in registry]
         changed = []
         for job in runnable:
-            run = services.trigger(job.name, by=actor(request))
+            run = services.trigger(job.name, by=actor(request, ADMIN))
             changed.append((job, f"Run now: queued run {run.pk}."))
         text = ngettext(
             "%(n)d run queued; it starts as soon as a node is free.",
@@ -72,9 +73,10 @@ class JobActionsMixin(OperatorActionsMixin):
             return self._pause_page(request, jobs, form)
         length = form.length()
         until = timezone.now() + length if length else None
-        reason = form.cleaned_data["reason"] or _("paused by %s") % request.user.get_username()
+        by, reason = actor(request, ADMIN), form.cleaned_data["reason"]
         for job in jobs:
-            services.pause(job.name, until=until, reason=reason)
+            services.pause(job.name, until=until, reason=reason, by=by)
+        reason = services.pause_reason(reason, by)
         span = _("until %s") % when(until) if until else _("until resumed")
         changed = [(job, f"Paused {span}: {reason}") for job in jobs]
         text = ngettext("%(n)d job paused %(span)s.", "%(n)d jobs paused %(span)s.", len(jobs))
@@ -97,7 +99,9 @@ class JobActionsMixin(OperatorActionsMixin):
     @admin.action(description=gettext_lazy("Resume selected jobs"), permissions=["manage"])
     def resume_jobs(self, request, queryset):
         jobs = [job for job in _selected(queryset) if job.paused_until is not None]
-        changed = [(job, "Resumed.") for job in jobs if services.resume(job.name)]
+        changed = [
+            (job, "Resumed.") for job in jobs if services.resume(job.name, by=actor(request, ADMIN))
+        ]
         text = ngettext("%(n)d job resumed.", "%(n)d jobs resumed.", len(changed)) % {
             "n": len(changed)
         }
@@ -113,7 +117,7 @@ class JobActionsMixin(OperatorActionsMixin):
 
     def _set_enabled(self, request, queryset, *, enabled: bool) -> None:
         jobs = {job.name: job for job in _selected(queryset)}
-        names = services.set_enabled(list(jobs), enabled=enabled)
+        names = services.set_enabled(list(jobs), enabled=enabled, by=actor(request, ADMIN))
         changed = [(jobs[name], "Enabled." if enabled else "Disabled.") for name in names]
         text = (
             ngettext("%(n)d job enabled.", "%(n)d jobs enabled.", len(names))

@@ -10,7 +10,8 @@ from django.utils.translation import gettext_lazy, ngettext
 from .. import services
 from ..conf import app_settings
 from ..models import LIVE_STATES, JobDefinition, JobRun, RunEvent, RunState, WorkerNode
-from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, actor, ledger
+from ..permissions import ADMIN, actor, can_view
+from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, ledger
 from .text import as_json, interval_text, pre
 
 
@@ -50,10 +51,7 @@ class RunEventInline(admin.TabularInline):
 
     def has_view_permission(self, request, obj=None):
         # The timeline is part of the run: whoever may see the run sees its events.
-        label = JobRun._meta.app_label
-        return request.user.has_perm(f"{label}.view_jobrun") or request.user.has_perm(
-            f"{label}.change_jobrun"
-        )
+        return can_view(request.user, JobRun)
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -113,7 +111,7 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
         changed = [
             (run, "Cancel requested.")
             for run in runs
-            if services.request_cancel(run, by=actor(request))
+            if services.request_cancel(run, by=actor(request, ADMIN))
         ]
         text = ngettext(
             "Cancel requested for %(n)d run; its node stops it at its next heartbeat.",
@@ -131,7 +129,7 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
         runs = list(ledger(JobRun).filter(pk__in=_pks(queryset)).exclude(state__in=LIVE_STATES))
         changed = []
         for run in runs:
-            fresh = services.replay(run, by=actor(request))
+            fresh = services.replay(run, by=actor(request, ADMIN))
             changed.append((run, f"Replayed as run {fresh.pk}."))
         text = ngettext(
             "%(n)d run replayed as a fresh pending run.",
