@@ -1,22 +1,26 @@
 """The API's views: read the ledger, and act only through :mod:`django_cluster_jobs.services`.
 
-Pagination and filtering are set here, not taken from the project's REST framework settings:
-the run list pages by cursor (newest first, no COUNT over the ledger), the job and node lists are
-short and come whole. Authentication, renderers and throttling are the project's.
+Pagination, filtering and parsing are set here, not taken from the project's REST framework
+settings: the run list pages by cursor (newest first, no COUNT over the ledger), the job and node
+lists are short and come whole, and bodies are JSON (nested at most
+:data:`~django_cluster_jobs.api.parsers.MAX_DEPTH` levels), forms or multipart. Authentication,
+renderers and throttling are the project's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, Model, OuterRef, Subquery
 from django.db.models.functions import Now
+from django.http import Http404
 from django.utils import timezone
 from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound
-from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.viewsets import ReadOnlyModelViewSet
@@ -25,18 +29,17 @@ from .. import services
 from ..conf import app_settings
 from ..coordination import get_coordinator
 from ..exceptions import InvalidPayload, UnknownJob
-from ..models import (
-    LIVE_STATES,
-    JobDefinition,
-    JobRun,
-    Lease,
-    NodeStatus,
-    RunState,
-    WorkerNode,
-)
+from ..models import LIVE_STATES, JobDefinition, JobRun, Lease, NodeStatus, RunState, WorkerNode
+from ..permissions import API, actor, can_view
+from ..registry import registry
 from ..status import LEADER, build_status
+from . import answers
 from . import serializers as api
+from .pagination import RunCursorPagination
+from .parsers import BoundedJSONParser
 from .permissions import ClusterJobsPermission
+
+T = TypeVar("T")
 
 
 class Conflict(APIException):
@@ -47,38 +50,30 @@ class Conflict(APIException):
     default_code = "conflict"
 
 
-class RunCursorPagination(CursorPagination):
-    """Newest runs first by id: unique and unchanging, so pages hold still while runs arrive."""
-
-    ordering = "-id"
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
-
-
-def actor(request) -> str:
-    """Return who acts, as recorded in the ledger (``triggered by …``, event ``node``)."""
-    return f"api:{request.user.get_username()}"
-
-
-def ledger(model):
+def ledger(model: type[Model]):
     """Return a plain queryset of ``model`` on the ledger database."""
     return model.objects.using(app_settings.DATABASE)
 
 
-def run_response(run: JobRun, code: int) -> Response:
-    """Return ``run`` as its detail page shows it."""
-    fresh = ledger(JobRun).select_related("job").prefetch_related("events").get(pk=run.pk)
-    return Response(api.RunDetailSerializer(fresh).data, status=code)
+def no_job(name: str) -> NotFound:
+    return NotFound(f"No job named {name!r}.")
 
 
 class ClusterView:
-    """What every view shares: the permission model, no project-wide filters, the cluster clock."""
+    """What every view shares: permissions, parsers, no project-wide filters, the cluster clock."""
 
     permission_classes = (ClusterJobsPermission,)
+    parser_classes = (BoundedJSONParser, FormParser, MultiPartParser)
     filter_backends = ()
     pagination_class = None
     viewed_models: tuple = ()
+
+    def check_permissions(self, request) -> None:
+        # A method no handler takes is 405 for everyone, before a permission could say 403.
+        method = request.method.lower()
+        if method not in self.http_method_names or not hasattr(self, method):
+            self.http_method_not_allowed(request)
+        super().check_permissions(request)
 
     def cluster_now(self) -> datetime:
         """Return the database's time (cluster time), once per request."""
@@ -88,6 +83,31 @@ class ClusterView:
 
     def get_serializer_context(self) -> dict[str, Any]:
         return {**super().get_serializer_context(), "now": self.cluster_now()}
+
+    def get_query_serializer_class(self) -> type[serializers.Serializer] | None:
+        """Return what validates this request's query (the schema lists it as parameters)."""
+        return None
+
+    def query(self) -> Any:
+        """Return the query, validated by :meth:`get_query_serializer_class` (400 otherwise)."""
+        given = self.get_query_serializer_class()(data=self.request.query_params)
+        given.is_valid(raise_exception=True)
+        return given
+
+    def answer(self, serializer_class: type, instance: Model, code: int) -> Response:
+        """Answer an action with ``instance``: whole if the caller may view it, else a receipt."""
+        full = can_view(self.request.user, serializer_class.Meta.model)
+        context = {**self.get_serializer_context(), "full": full}
+        return Response(serializer_class(instance, context=context).data, status=code)
+
+    def answer_run(self, run: JobRun, code: int) -> Response:
+        fresh = ledger(JobRun).select_related("job").prefetch_related("events").get(pk=run.pk)
+        return self.answer(answers.RunAnswerSerializer, fresh, code)
+
+
+RUN_MADE = answers.RunAnswerSerializer
+JOB_CHANGED = answers.JobAnswerSerializer
+NODE_ASKED = answers.NodeAnswerSerializer
 
 
 class JobViewSet(ClusterView, ReadOnlyModelViewSet):
@@ -103,58 +123,75 @@ class JobViewSet(ClusterView, ReadOnlyModelViewSet):
     def get_serializer_class(self):
         return api.JobSerializer if self.action == "list" else api.JobDetailSerializer
 
+    def get_object(self) -> JobDefinition:
+        try:
+            return super().get_object()
+        except Http404 as exc:
+            raise no_job(self.kwargs["name"]) from exc
+
+    def _known(self, name: str) -> None:
+        """Refuse a name that is neither stored nor registered in code (404)."""
+        if name not in registry and not ledger(JobDefinition).filter(name=name).exists():
+            raise no_job(name)
+
     def _input(self, serializer_class, name: str) -> dict[str, Any]:
+        self._known(name)
         context = {**self.get_serializer_context(), "job": name}
         given = serializer_class(data=self.request.data, context=context)
         given.is_valid(raise_exception=True)
         return given.validated_data
 
-    def _run_created(self, call, *args: Any, **kwargs: Any) -> Response:
+    def _make_run(self, make: Callable[[], T]) -> T:
+        """Return what ``make`` makes, its refusals as the API's."""
         try:
-            run = call(*args, **kwargs)
-        except UnknownJob as exc:
-            raise serializers.ValidationError({"job": str(exc)}) from exc
+            return make()
+        except UnknownJob as exc:  # gone since _known looked
+            raise NotFound(str(exc)) from exc
         except InvalidPayload as exc:
             raise serializers.ValidationError({"payload": str(exc)}) from exc
-        return run_response(run, status.HTTP_201_CREATED)
 
-    def _job_response(self, name: str) -> Response:
-        return Response(self.get_serializer(self.get_queryset().get(name=name)).data)
+    def _job_answer(self, name: str) -> Response:
+        return self.answer(JOB_CHANGED, self.get_queryset().get(name=name), status.HTTP_200_OK)
 
     @action(detail=True, methods=["post"])
     def trigger(self, request, name: str) -> Response:
         """Run the job now, outside its schedule; returns the pending run."""
-        given = self._input(api.RunRequestSerializer, name)
-        return self._run_created(services.trigger, name, given["payload"], by=actor(request))
+        payload = self._input(api.RunRequestSerializer, name)["payload"]
+        by = actor(request, API)
+        run = self._make_run(lambda: services.trigger(name, payload, by=by))
+        return self.answer_run(run, status.HTTP_201_CREATED)
 
     @action(detail=True, methods=["post"])
     def enqueue(self, request, name: str) -> Response:
-        """Queue a one-off run; a repeated ``idempotency_key`` returns the first run."""
+        """Queue a one-off run (201); a repeated ``idempotency_key`` returns the first run (200)."""
         given = self._input(api.EnqueueSerializer, name)
-        return self._run_created(
-            services.enqueue,
-            name,
-            given["payload"],
-            at=given["run_at"],
-            key=given["idempotency_key"],
-            priority=given["priority"],
+        run, created = self._make_run(
+            lambda: services.get_or_enqueue(
+                name,
+                given["payload"],
+                at=given["run_at"],
+                key=given["idempotency_key"],
+                priority=given["priority"],
+                by=actor(request, API),
+            )
         )
+        return self.answer_run(run, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
     @action(detail=True, methods=["post"])
     def pause(self, request, name: str) -> Response:
         """Stop firing the job until ``until`` or until resumed."""
         given = self._input(api.PauseSerializer, name)
-        reason = given["reason"] or f"paused by {actor(request)}"
-        if not services.pause(name, until=given["until"], reason=reason):
-            raise NotFound(f"No job named {name!r}.")
-        return self._job_response(name)
+        by = actor(request, API)
+        if not services.pause(name, until=given["until"], reason=given["reason"], by=by):
+            raise no_job(name)
+        return self._job_answer(name)
 
     @action(detail=True, methods=["post"])
     def resume(self, request, name: str) -> Response:
         """Resume a paused job (also one its circuit breaker paused) at once."""
-        if not services.resume(name):
-            raise NotFound(f"No job named {name!r}.")
-        return self._job_response(name)
+        if not services.resume(name, by=actor(request, API)):
+            raise no_job(name)
+        return self._job_answer(name)
 
 
 class RunViewSet(ClusterView, ReadOnlyModelViewSet):
@@ -167,12 +204,13 @@ class RunViewSet(ClusterView, ReadOnlyModelViewSet):
     pagination_class = RunCursorPagination
     lookup_value_regex = r"\d+"
 
+    def get_query_serializer_class(self) -> type[serializers.Serializer] | None:
+        return api.RunFilterSerializer if self.action == "list" else None
+
     def get_queryset(self):
         runs = ledger(JobRun).select_related("job")
         if self.action == "list":
-            filters = api.RunFilterSerializer(data=self.request.query_params)
-            filters.is_valid(raise_exception=True)
-            return filters.filter(runs)
+            return self.query().filter(runs)
         return runs.prefetch_related("events") if self.action == "retrieve" else runs
 
     def get_serializer_class(self):
@@ -182,9 +220,9 @@ class RunViewSet(ClusterView, ReadOnlyModelViewSet):
     def cancel(self, request, pk: str) -> Response:
         """Ask the node running this run to stop it at its next heartbeat."""
         run = self.get_object()
-        if not services.request_cancel(run, by=actor(request)):
+        if not services.request_cancel(run, by=actor(request, API)):
             raise Conflict(f"Only running runs can be cancelled; run {run.pk} is {run.state}.")
-        return run_response(run, status.HTTP_202_ACCEPTED)
+        return self.answer_run(run, status.HTTP_202_ACCEPTED)
 
     @action(detail=True, methods=["post"])
     def replay(self, request, pk: str) -> Response:
@@ -192,7 +230,7 @@ class RunViewSet(ClusterView, ReadOnlyModelViewSet):
         run = self.get_object()
         if run.state in LIVE_STATES:
             raise Conflict(f"Only finished runs can be replayed; run {run.pk} is {run.state}.")
-        return run_response(services.replay(run, by=actor(request)), status.HTTP_201_CREATED)
+        return self.answer_run(services.replay(run, by=actor(request, API)), 201)
 
 
 class NodeViewSet(ClusterView, ReadOnlyModelViewSet):
@@ -212,10 +250,13 @@ class NodeViewSet(ClusterView, ReadOnlyModelViewSet):
     def drain(self, request, node_id: str) -> Response:
         """Ask an active node to drain: stop claiming, finish its runs, stop."""
         node = self.get_object()
-        if node.status != NodeStatus.ACTIVE or not services.request_drain([node.node_id]):
+        asked = node.status == NodeStatus.ACTIVE and services.request_drain(
+            [node.node_id], by=actor(request, API)
+        )
+        if not asked:
             raise Conflict(f"Only active nodes can be drained; {node.node_id} is {node.status}.")
         fresh = self.get_queryset().get(pk=node.pk)
-        return Response(self.get_serializer(fresh).data, status=status.HTTP_202_ACCEPTED)
+        return self.answer(answers.NodeAnswerSerializer, fresh, status.HTTP_202_ACCEPTED)
 
 
 class LeaderView(ClusterView, APIView):
@@ -244,7 +285,8 @@ class StatusView(ClusterView, APIView):
 
     viewed_models = (JobDefinition, JobRun, WorkerNode, Lease)
 
+    def get_query_serializer_class(self) -> type[serializers.Serializer]:
+        return StatusQuerySerializer
+
     def get(self, request) -> Response:
-        query = StatusQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        return Response(build_status(failures=query.validated_data["failures"]))
+        return Response(build_status(failures=self.query().validated_data["failures"]))
