@@ -12,6 +12,7 @@ from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from ..conf import app_settings
@@ -31,6 +32,7 @@ def iso(at: datetime | None) -> str | None:
     return None if at is None else serializers.DateTimeField().to_representation(at)
 
 
+@extend_schema_field({"type": "number", "format": "double", "nullable": True})
 class SecondsField(serializers.ReadOnlyField):
     """A duration as seconds (a float)."""
 
@@ -39,6 +41,13 @@ class SecondsField(serializers.ReadOnlyField):
 
 
 # -- runs ---------------------------------------------------------------------------------------
+
+
+# Any JSON value, null included: a nullable field would make the schema say "any or null",
+# which a 3.1 validator reads as two matching alternatives.
+@extend_schema_field({"description": "What the handler returned (any JSON value), or null."})
+class ResultField(serializers.JSONField):
+    """A run's result."""
 
 
 class RunSummarySerializer(serializers.ModelSerializer):
@@ -69,6 +78,7 @@ class RunSerializer(serializers.ModelSerializer):
     """A run in a list (select the job with it)."""
 
     job = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    result = ResultField(read_only=True)
 
     class Meta:
         model = JobRun
@@ -129,6 +139,7 @@ def fire_times(job: JobDefinition, now: datetime, count: int) -> list[datetime]:
     return job.upcoming(now, count) if job.enabled else []
 
 
+@extend_schema_field(RunSummarySerializer(allow_null=True))
 class LastRunField(serializers.ReadOnlyField):
     """The job's run of this field's name among those :func:`attach_last_runs` loaded."""
 
@@ -201,12 +212,14 @@ class JobSerializer(serializers.ModelSerializer):
     def get_paused(self, job: JobDefinition) -> bool:
         return is_paused(job, self.now)
 
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_paused_until(self, job: JobDefinition) -> str | None:
         return iso(job.paused_until) if is_paused(job, self.now) else None
 
     def get_pause_reason(self, job: JobDefinition) -> str:
         return job.pause_reason if is_paused(job, self.now) else ""
 
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_next_fire_time(self, job: JobDefinition) -> str | None:
         times = fire_times(job, self.now, 1)
         return iso(times[0]) if times else None
@@ -221,6 +234,7 @@ class JobDetailSerializer(JobSerializer):
         fields = (*JOB_FIELDS, "next_fire_times")
         read_only_fields = fields
 
+    @extend_schema_field(serializers.ListField(child=serializers.DateTimeField()))
     def get_next_fire_times(self, job: JobDefinition) -> list[str]:
         return [iso(at) for at in fire_times(job, self.now, FIRE_TIMES)]
 

@@ -17,6 +17,7 @@ from django.db.models import Count, Model, OuterRef, Subquery
 from django.db.models.functions import Now
 from django.http import Http404
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound
@@ -34,6 +35,7 @@ from ..permissions import API, actor, can_view
 from ..registry import registry
 from ..status import LEADER, build_status
 from . import answers
+from . import schema as doc
 from . import serializers as api
 from .pagination import RunCursorPagination
 from .parsers import BoundedJSONParser
@@ -66,6 +68,9 @@ class ClusterView:
     parser_classes = (BoundedJSONParser, FormParser, MultiPartParser)
     filter_backends = ()
     pagination_class = None
+    # drf-spectacular's schema whatever the project's DEFAULT_SCHEMA_CLASS; each action names
+    # it too (schema=…), since extend_schema builds on the schema class it finds on the action.
+    schema = doc.ClusterSchema()
     viewed_models: tuple = ()
 
     def check_permissions(self, request) -> None:
@@ -85,7 +90,7 @@ class ClusterView:
         return {**super().get_serializer_context(), "now": self.cluster_now()}
 
     def get_query_serializer_class(self) -> type[serializers.Serializer] | None:
-        """Return what validates this request's query (the schema lists it as parameters)."""
+        """Return what validates this request's query (the schema lists its fields)."""
         return None
 
     def query(self) -> Any:
@@ -153,7 +158,10 @@ class JobViewSet(ClusterView, ReadOnlyModelViewSet):
     def _job_answer(self, name: str) -> Response:
         return self.answer(JOB_CHANGED, self.get_queryset().get(name=name), status.HTTP_200_OK)
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(
+        request=api.RunRequestSerializer, responses=doc.responses({201: RUN_MADE}, body=True)
+    )
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def trigger(self, request, name: str) -> Response:
         """Run the job now, outside its schedule; returns the pending run."""
         payload = self._input(api.RunRequestSerializer, name)["payload"]
@@ -161,7 +169,11 @@ class JobViewSet(ClusterView, ReadOnlyModelViewSet):
         run = self._make_run(lambda: services.trigger(name, payload, by=by))
         return self.answer_run(run, status.HTTP_201_CREATED)
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(
+        request=api.EnqueueSerializer,
+        responses=doc.responses({200: RUN_MADE, 201: RUN_MADE}, body=True),
+    )
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def enqueue(self, request, name: str) -> Response:
         """Queue a one-off run (201); a repeated ``idempotency_key`` returns the first run (200)."""
         given = self._input(api.EnqueueSerializer, name)
@@ -177,7 +189,10 @@ class JobViewSet(ClusterView, ReadOnlyModelViewSet):
         )
         return self.answer_run(run, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(
+        request=api.PauseSerializer, responses=doc.responses({200: JOB_CHANGED}, body=True)
+    )
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def pause(self, request, name: str) -> Response:
         """Stop firing the job until ``until`` or until resumed."""
         given = self._input(api.PauseSerializer, name)
@@ -186,7 +201,8 @@ class JobViewSet(ClusterView, ReadOnlyModelViewSet):
             raise no_job(name)
         return self._job_answer(name)
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(request=None, responses=doc.responses({200: JOB_CHANGED}))
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def resume(self, request, name: str) -> Response:
         """Resume a paused job (also one its circuit breaker paused) at once."""
         if not services.resume(name, by=actor(request, API)):
@@ -216,7 +232,8 @@ class RunViewSet(ClusterView, ReadOnlyModelViewSet):
     def get_serializer_class(self):
         return api.RunSerializer if self.action == "list" else api.RunDetailSerializer
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(request=None, responses=doc.responses({202: RUN_MADE, 409: doc.CONFLICT}))
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def cancel(self, request, pk: str) -> Response:
         """Ask the node running this run to stop it at its next heartbeat."""
         run = self.get_object()
@@ -224,7 +241,8 @@ class RunViewSet(ClusterView, ReadOnlyModelViewSet):
             raise Conflict(f"Only running runs can be cancelled; run {run.pk} is {run.state}.")
         return self.answer_run(run, status.HTTP_202_ACCEPTED)
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(request=None, responses=doc.responses({201: RUN_MADE, 409: doc.CONFLICT}))
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def replay(self, request, pk: str) -> Response:
         """Run a finished run again, as a fresh pending run linked to it."""
         run = self.get_object()
@@ -246,7 +264,8 @@ class NodeViewSet(ClusterView, ReadOnlyModelViewSet):
         count = running.order_by().values("node").annotate(n=Count("pk")).values("n")[:1]
         return ledger(WorkerNode).annotate(running_count=Subquery(count)).order_by("node_id")
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(request=None, responses=doc.responses({202: NODE_ASKED, 409: doc.CONFLICT}))
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def drain(self, request, node_id: str) -> Response:
         """Ask an active node to drain: stop claiming, finish its runs, stop."""
         node = self.get_object()
@@ -259,6 +278,7 @@ class NodeViewSet(ClusterView, ReadOnlyModelViewSet):
         return self.answer(answers.NodeAnswerSerializer, fresh, status.HTTP_202_ACCEPTED)
 
 
+@extend_schema(responses=doc.responses({200: doc.LeaderSerializer}, named=False))
 class LeaderView(ClusterView, APIView):
     """The node holding the leader lease (on the database's clock); all null when none does."""
 
@@ -266,20 +286,20 @@ class LeaderView(ClusterView, APIView):
 
     def get(self, request) -> Response:
         lease = ledger(Lease).filter(name=LEADER, expires_at__gt=Now()).exclude(holder="").first()
-        return Response(
-            {
-                "holder": lease.holder if lease else None,
-                "since": api.iso(lease.acquired_at) if lease else None,
-                "fence": lease.fence if lease else None,
-                "expires_at": api.iso(lease.expires_at) if lease else None,
-            }
-        )
+        held = {
+            "holder": lease.holder if lease else None,
+            "since": lease.acquired_at if lease else None,
+            "fence": lease.fence if lease else None,
+            "expires_at": lease.expires_at if lease else None,
+        }
+        return Response(doc.LeaderSerializer(held).data)
 
 
 class StatusQuerySerializer(serializers.Serializer):
     failures = serializers.IntegerField(required=False, default=10, min_value=0, max_value=1000)
 
 
+@extend_schema(responses=doc.responses({200: doc.StatusSerializer}, query=True, named=False))
 class StatusView(ClusterView, APIView):
     """The scheduler status report, exactly as ``schedulerstatus --json`` prints it."""
 
