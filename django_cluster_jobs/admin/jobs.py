@@ -97,8 +97,17 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
     def get_readonly_fields(self, request, obj=None):
         # Pausing goes through the pause and resume actions (manage permission), not the form.
         if obj is not None and obj.source == Source.CODE:
-            return (*CODE_OWNED, *COMPUTED, *HISTORY)
-        return ("source", *COMPUTED, *HISTORY)
+            fields = (*CODE_OWNED, *COMPUTED, *HISTORY)
+        else:
+            fields = ("source", *COMPUTED, *HISTORY)
+        # Switching a job on or off is the enable and disable actions' permission.
+        return fields if self.has_manage_permission(request) else (*fields, "enabled")
+
+    def get_changelist_instance(self, request):
+        changelist = super().get_changelist_instance(request)
+        if not self.has_manage_permission(request):
+            changelist.list_editable = ()  # as Django does for a popup: no form, no save
+        return changelist
 
     def has_delete_permission(self, request, obj=None):
         # The code would re-create the row at the next start, and deleting cascades its runs.
