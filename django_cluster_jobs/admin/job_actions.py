@@ -4,12 +4,15 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import conditional_escape, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from .. import services
-from ..models import JobDefinition
+from ..models import JobDefinition, JobRun
 from ..permissions import ADMIN, actor
 from ..registry import registry
 from .base import FROM_OBJECT, OperatorActionsMixin, ledger
@@ -47,17 +50,22 @@ class JobActionsMixin(OperatorActionsMixin):
     def run_now(self, request, queryset):
         jobs = _selected(queryset)
         runnable = [job for job in jobs if job.callable_name in registry]
-        changed = []
-        for job in runnable:
-            run = services.trigger(job.name, by=actor(request, ADMIN))
-            changed.append((job, f"Run now: queued run {run.pk}."))
+        runs = [(job, services.trigger(job.name, by=actor(request, ADMIN))) for job in runnable]
+        changed = [(job, f"Run now: queued run {run.pk}.") for job, run in runs]
         text = ngettext(
-            "%(n)d run queued; it starts as soon as a node is free.",
-            "%(n)d runs queued; they start as soon as a node is free.",
-            len(changed),
-        ) % {"n": len(changed)}
-        self.report(request, changed, text, done=bool(changed))
+            "%(n)d run queued (%(runs)s); it starts as soon as a node is free.",
+            "%(n)d runs queued (%(runs)s); they start as soon as a node is free.",
+            len(runs),
+        )
+        links = format_html_join(", ", '<a href="{}">{} {}</a>', self._run_links(runs))
+        # The translated words are escaped; the links are built escaped.
+        html = mark_safe(conditional_escape(text) % {"n": len(runs), "runs": links})
+        self.report(request, changed, html, done=bool(runs))
         self._warn_unregistered(request, [job for job in jobs if job not in runnable])
+
+    def _run_links(self, runs: list[tuple[JobDefinition, JobRun]]):
+        name = f"{self.admin_site.name}:cluster_jobs_jobrun_change"
+        return ((reverse(name, args=[run.pk]), _("run"), run.pk) for _job, run in runs)
 
     def _warn_unregistered(self, request, jobs: list[JobDefinition]) -> None:
         if jobs:

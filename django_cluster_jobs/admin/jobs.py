@@ -22,7 +22,14 @@ from ..models import JobDefinition, JobRun, RunState, ScheduleKind, Source
 from .base import LedgerDatabaseMixin, ledger
 from .forms import JobDefinitionForm
 from .job_actions import JobActionsMixin, pause_text
-from .text import fire_times_table, interval_text, schedule_or_none, schedule_text, when
+from .text import (
+    fire_times_table,
+    interval_text,
+    schedule_or_none,
+    schedule_text,
+    time_column,
+    when,
+)
 
 #: Fields only an operator sets; everything else on a code job comes from its declaration.
 OPERATOR_OWNED = ("enabled", "paused_until", "pause_reason")
@@ -37,7 +44,7 @@ MAIN_FIELDS = ("name", "callable_name", "source", "enabled", "pause_state")
 SCHEDULE_FIELDS = ("schedule_kind", "cron", "timezone", "interval")
 COMPUTED = ("pause_state", "schedule_description", "next_fire_times")
 HISTORY = (
-    "runs_last_day", "last_run_detail", "last_success", "last_failure", "created_at", "updated_at",
+    "runs_last_day", "last_run_detail", "last_success", "last_failure", "created", "updated",
 )  # fmt: skip
 #: Every other declared column (retries, breaker, timeouts, …) lands here, so new ones show up.
 POLICY_FIELDS = tuple(f for f in CODE_OWNED if f not in (*MAIN_FIELDS, *SCHEDULE_FIELDS))
@@ -85,6 +92,9 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
                 last_run_at=Subquery(latest.values("scheduled_at")[:1]),
             )
         )
+
+    created = time_column(JobDefinition, "created_at")
+    updated = time_column(JobDefinition, "updated_at")
 
     def get_fieldsets(self, request, obj=None):
         return self.fieldsets if obj else self.fieldsets[:-1]
@@ -145,7 +155,7 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
     def next_fire_time(self, obj):
         if not obj.enabled:
             return _("disabled")
-        return next(iter(obj.upcoming(timezone.now(), 1)), "-")
+        return when(next(iter(obj.upcoming(timezone.now(), 1)), None))
 
     # -- detail
 

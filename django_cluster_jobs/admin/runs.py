@@ -12,7 +12,7 @@ from ..conf import app_settings
 from ..models import LIVE_STATES, JobDefinition, JobRun, RunEvent, RunState, WorkerNode
 from ..permissions import ADMIN, actor, can_view
 from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, ledger
-from .text import as_json, interval_text, pre
+from .text import as_json, interval_text, pre, time_column
 
 
 class LedgerChoicesFilter(admin.SimpleListFilter):
@@ -42,7 +42,8 @@ class NodeFilter(LedgerChoicesFilter):
 
 class RunEventInline(admin.TabularInline):
     model = RunEvent
-    fields = readonly_fields = ("at", "kind", "node", "fence", "reason")
+    fields = readonly_fields = ("time", "kind", "node", "fence", "reason")
+    time = time_column(RunEvent, "at")
     extra = max_num = 0
     can_delete = False
 
@@ -66,8 +67,8 @@ class RunEventInline(admin.TabularInline):
 @admin.register(JobRun)
 class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
     list_display = (
-        "job", "key", "state", "outcome", "node", "attempt", "fence", "scheduled_at",
-        "started_at", "finished_at", "duration",
+        "job", "key", "state", "outcome", "node", "attempt", "fence", "scheduled", "started",
+        "finished", "duration",
     )  # fmt: skip
     list_display_links = ("key",)
     list_filter = (JobFilter, "state", "outcome", NodeFilter)
@@ -83,14 +84,23 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
     )
     fieldsets = (
         (None, {"fields": ("job", "key", "state", "outcome", "reason", "attempt", "priority",
-                           "origin", "cancel_requested")}),
-        (gettext_lazy("Ownership"), {"fields": ("node", "fence", "lease_expires_at")}),
-        (gettext_lazy("Times"), {"fields": ("scheduled_at", "due_at", "created_at", "started_at",
-                                            "finished_at", "duration")}),
+                           "origin", "cancel_request")}),
+        (gettext_lazy("Ownership"), {"fields": ("node", "fence", "lease_expires")}),
+        (gettext_lazy("Times"), {"fields": ("scheduled", "due", "created", "started",
+                                            "finished", "duration")}),
         (gettext_lazy("Data"), {"fields": ("payload_json", "result_json", "error_text",
                                            "traceback_text")}),
     )  # fmt: skip
-    readonly_fields = ("duration", "payload_json", "result_json", "error_text", "traceback_text")
+    readonly_fields = (
+        "cancel_request", "lease_expires", "scheduled", "due", "created", "started", "finished",
+        "duration", "payload_json", "result_json", "error_text", "traceback_text",
+    )  # fmt: skip
+    scheduled = time_column(JobRun, "scheduled_at")
+    due = time_column(JobRun, "due_at")
+    created = time_column(JobRun, "created_at")
+    started = time_column(JobRun, "started_at")
+    finished = time_column(JobRun, "finished_at")
+    lease_expires = time_column(JobRun, "lease_expires_at")
 
     def get_queryset(self, request):
         elapsed = ExpressionWrapper(
@@ -148,6 +158,15 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
             return _("running") if obj.state == RunState.RUNNING else "-"
         return interval_text(obj.duration_value)
 
+    @admin.display(description=gettext_lazy("cancel requested"))
+    def cancel_request(self, obj):
+        # Plain words, not Django's boolean icons: a request the run outlived is no failure.
+        if not obj.cancel_requested:
+            return _("No")
+        if obj.state == RunState.RUNNING:
+            return _("Requested; its node stops it at its next heartbeat.")
+        return _("Requested; the run ended as %(state)s.") % {"state": obj.get_state_display()}
+
     @admin.display(description=gettext_lazy("payload"))
     def payload_json(self, obj):
         return pre(as_json(obj.payload))
@@ -173,7 +192,10 @@ def _pks(queryset) -> list:
 class RunEventAdmin(ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
     """Every takeover, fence-out, loss and skip across the cluster, newest first."""
 
-    list_display = ("at", "run", "kind", "node", "fence", "reason")
+    list_display = ("time", "run", "kind", "node", "fence", "reason")
+    fields = ("run", "time", "kind", "node", "fence", "reason")
+    readonly_fields = ("time",)
+    time = time_column(RunEvent, "at")
     list_filter = ("kind",)
     list_select_related = ("run__job",)
     search_fields = ("run__job__name", "run__key", "node", "reason")
