@@ -111,6 +111,38 @@ def test_the_node_list_says_when_the_leader_took_over_to_the_second(admin_client
     assert f"leader since {T_UTC}, fence 4" in body
 
 
+# -- the lists' columns ------------------------------------------------------------------------
+
+
+def test_the_runs_list_shows_the_first_line_of_the_error_shortened(admin_client, stamped):
+    body = page(admin_client, url("jobrun"))
+    [cell] = re.findall(r'<td class="field-error_summary">(.*?)</td>', body)
+    assert cell.startswith("RuntimeError: xxx") and cell.endswith("…")
+    assert len(cell) <= 100 and "second line" not in cell
+    assert page(admin_client, url("jobrun", "change", stamped["jobrun"].pk)).count("second line")
+
+
+def columns(client, model: str) -> list[str]:
+    return re.findall(r'<th scope="col" class="[^"]*column-(\w+)', page(client, url(model)))
+
+
+# Chosen with a screenshot at 1366 px beside the admin's navigation and filters: these fit.
+@pytest.mark.parametrize(
+    ("model", "shown"),
+    [("jobrun", ["scheduled", "job", "state", "error_summary", "duration", "node"]),
+     ("workernode", ["node_id", "leader", "status", "heartbeat_age", "running_runs", "skips",
+                     "clock_offset"]),
+     ("jobdefinition", ["name", "schedule", "source", "enabled", "paused", "last_run",
+                        "next_fire_time"])],
+)  # fmt: skip
+def test_lists_keep_their_key_columns_and_no_more(admin_client, stamped, model, shown):
+    assert columns(admin_client, model) == shown
+
+
+def test_lists_let_long_names_and_errors_wrap(admin_client, stamped):
+    assert "cluster_jobs/admin.css" in page(admin_client, url("jobrun"))
+
+
 # -- a cancel request -----------------------------------------------------------------------
 
 

@@ -33,6 +33,9 @@ def ledger(model: type[Model]) -> QuerySet:
 class LedgerDatabaseMixin:
     """Read and write the ledger on CLUSTER_JOBS["DATABASE"] (Django's multi-database pattern)."""
 
+    class Media:
+        css = {"all": ("cluster_jobs/admin.css",)}
+
     def get_queryset(self, request):
         return super().get_queryset(request).using(app_settings.DATABASE)
 

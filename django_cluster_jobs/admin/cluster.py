@@ -43,9 +43,10 @@ def current_leader() -> Lease | None:
 
 @admin.register(WorkerNode)
 class WorkerNodeAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
+    # What an operator scans for at 1366 px (beside the admin's navigation and the filters); the
+    # host (in the default node id), pid, version, start and claims are on the node's page.
     list_display = (
-        "node_id", "leader", "host", "pid", "version", "status", "started", "last_heartbeat_at",
-        "heartbeat_age", "clock_offset", "claims_won", "claims_lost", "skips", "running_runs",
+        "node_id", "leader", "status", "heartbeat_age", "running_runs", "skips", "clock_offset",
     )  # fmt: skip
     list_filter = ("status",)
     search_fields = ("node_id", "host")

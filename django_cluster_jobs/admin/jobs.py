@@ -67,9 +67,10 @@ class PausedFilter(admin.SimpleListFilter):
 @admin.register(JobDefinition)
 class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin):
     form = JobDefinitionForm
+    # What an operator scans for at 1366 px (beside the admin's navigation and the filters); the
+    # placement is a filter and on the job's page.
     list_display = (
-        "name", "schedule", "source", "enabled", "paused", "placement", "last_run",
-        "next_fire_time",
+        "name", "schedule", "source", "enabled", "paused", "last_run", "next_fire_time",
     )  # fmt: skip
     list_editable = ("enabled",)
     list_filter = ("enabled", PausedFilter, "schedule_kind", "source", "placement")
