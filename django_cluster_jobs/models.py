@@ -378,6 +378,8 @@ class ClusterEventKind(models.TextChoices):
     REAPED = "reaped", _("expired leases reaped")
     BREAKER_OPENED = "breaker_opened", _("circuit breaker opened")
     CAUGHT_UP = "caught_up", _("missed occurrences settled")
+    JOB_CHANGED = "job_changed", _("job paused, resumed, enabled or disabled")
+    DRAIN_REQUESTED = "drain_requested", _("node asked to drain")
 
 
 class ClusterEvent(models.Model):

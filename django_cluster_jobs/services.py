@@ -16,6 +16,8 @@ from django.db.models.functions import Now
 from .conf import app_settings
 from .coordination import get_coordinator
 from .models import (
+    ClusterEvent,
+    ClusterEventKind,
     EventKind,
     JobDefinition,
     JobRun,
@@ -72,6 +74,7 @@ def enqueue(
     key: str | None = None,
     priority: int | None = None,
     outcome: str = Outcome.ENQUEUED,
+    by: str = "",
     using: str | None = None,
 ) -> JobRun:
     """Create a pending run of job ``name``; with ``key``, a second call returns the first run.
@@ -79,6 +82,30 @@ def enqueue(
     Without ``at`` the run is due at once on the database's clock, whatever the caller's says.
     Inputs the engine cannot use raise ImproperlyDeclared (InvalidPayload for the payload).
     """
+    run, _ = get_or_enqueue(
+        name, payload, at=at, key=key, priority=priority, outcome=outcome, by=by, using=using
+    )
+    return run
+
+
+def _asked_by(outcome: str, by: str) -> str:
+    """Return a run's reason naming who asked for it: ``triggered by admin:alice``."""
+    verb = "triggered" if outcome == Outcome.MANUAL else "enqueued"
+    return f"{verb} by {by}" if by else ""
+
+
+def get_or_enqueue(
+    name: str,
+    payload: dict[str, Any] | None = None,
+    *,
+    at: datetime | None = None,
+    key: str | None = None,
+    priority: int | None = None,
+    outcome: str = Outcome.ENQUEUED,
+    by: str = "",
+    using: str | None = None,
+) -> tuple[JobRun, bool]:
+    """Do what :func:`enqueue` does; return the run and whether this call created it."""
     using = using or app_settings.DATABASE
     definition, now = _definition_and_now(name, using)
     handler = registered(definition.callable_name)
@@ -95,12 +122,13 @@ def enqueue(
         "priority": definition.priority if priority is None else priority,
         "payload": payload,
         "created_at": now,
+        "reason": _asked_by(outcome, by),
     }
     notify = get_coordinator(using).notify_pending
     if not key:  # a fresh random key cannot exist yet: one INSERT, no look-up, no savepoint
         run = JobRun.objects.using(using).create(job=definition, key=run_key, **fields)
         transaction.on_commit(notify, using=using)
-        return run
+        return run, True
     try:
         with transaction.atomic(using=using):
             run, created = JobRun.objects.using(using).get_or_create(
@@ -119,16 +147,29 @@ def enqueue(
             run.pk,
             extra={"job": name},
         )
-    return run
+    return run, created
 
 
-def request_drain(node_ids: list[str], using: str | None = None) -> int:
+def request_drain(node_ids: list[str], using: str | None = None, *, by: str = "") -> int:
     """Ask active nodes to drain; each notices at its next heartbeat. Return how many."""
     using = using or app_settings.DATABASE
-    return (
-        WorkerNode.objects.using(using)
-        .filter(node_id__in=node_ids, status=NodeStatus.ACTIVE)
-        .update(status=NodeStatus.DRAINING)
+    with transaction.atomic(using=using):
+        nodes = WorkerNode.objects.using(using).filter(
+            node_id__in=node_ids, status=NodeStatus.ACTIVE
+        )
+        asked = list(nodes.select_for_update().values_list("node_id", flat=True))
+        WorkerNode.objects.using(using).filter(node_id__in=asked).update(status=NodeStatus.DRAINING)
+        for node_id in asked:
+            _record_act(using, ClusterEventKind.DRAIN_REQUESTED, node_id, "drain requested", by)
+    return len(asked)
+
+
+def _record_act(using: str, kind: str, node: str, act: str, by: str) -> None:
+    """Record an operator's act, naming who acted, as a cluster event (and in the log)."""
+    actor = by or "an unnamed caller"
+    logger.info("%s by %s", act, actor, extra={"actor": by, "node": node})
+    ClusterEvent.objects.using(using).create(
+        at=cluster_now(using), kind=kind, node=node, detail=f"{act} by {actor}"[:4000]
     )
 
 
@@ -155,37 +196,57 @@ def trigger(
     name: str, payload: dict[str, Any] | None = None, *, by: str = "", using: str | None = None
 ) -> JobRun:
     """Run a job now, outside its schedule (the admin's "run now"); returns the pending run."""
-    run = enqueue(name, payload, outcome=Outcome.MANUAL, using=using)
-    if by:
-        JobRun.objects.using(run._state.db).filter(pk=run.pk).update(reason=f"triggered by {by}")
-    return run
+    return enqueue(name, payload, outcome=Outcome.MANUAL, by=by, using=using)
+
+
+#: Room for a pause's reason (the column's length).
+PAUSE_REASON_LENGTH = JobDefinition._meta.get_field("pause_reason").max_length or 200
+
+
+def pause_reason(reason: str, by: str) -> str:
+    """Return a pause's stored reason: the operator's words, then who paused, within the column."""
+    if not by:
+        return (reason or "paused by an operator")[:PAUSE_REASON_LENGTH]
+    signed = f"paused by {by}"
+    room = PAUSE_REASON_LENGTH - len(signed) - len(" ()")
+    if not reason or room < 2:
+        return signed[:PAUSE_REASON_LENGTH]
+    if len(reason) > room:
+        reason = reason[: room - 1] + "…"
+    return f"{reason} ({signed})"
 
 
 def pause(
     name: str,
     *,
     until: datetime | None = None,
-    reason: str = "paused by an operator",
+    reason: str = "",
+    by: str = "",
     using: str | None = None,
 ) -> bool:
     """Stop firing a job (until ``until``, or until resumed); nodes re-plan within a heartbeat.
 
-    Occurrences due before the pause are settled as they stand; none during it is ever run or
-    recorded (see docs/explanation/settled-through.md).
+    The stored reason names who paused, as :func:`pause_reason` words it. Occurrences due before
+    the pause are settled as they stand; none during it is ever run or recorded (see
+    docs/explanation/settled-through.md).
     """
     check_run_inputs(name, at=until)
     if problems := definition_errors({"pause_reason": reason}, job=name):
         raise problems[0]
-    return _change(name, using, paused_until=until or FOREVER, pause_reason=reason)
+    reason = pause_reason(reason, by)
+    span = f"until {until.isoformat()}" if until else "until resumed"
+    return _change(name, using, f"paused {span}", by, paused_until=until or FOREVER,
+                   pause_reason=reason)  # fmt: skip
 
 
-def resume(name: str, using: str | None = None) -> bool:
+def resume(name: str, using: str | None = None, *, by: str = "") -> bool:
     """Resume a paused job (also a breaker-opened one) at once; nothing from the pause runs."""
-    return _change(name, using, paused_until=None, pause_reason="")
+    return _change(name, using, "resumed", by, paused_until=None, pause_reason="")
 
 
-def _change(name: str, using: str | None, **fields: Any) -> bool:
-    """Change a job's definition through ``save()``, which settles it and moves its mark."""
+def _change(name: str, using: str | None, act: str, by: str, **fields: Any) -> bool:
+    """Change a job's definition through ``save()``, which settles it and moves its mark, and
+    record who did it (a ``job_changed`` cluster event)."""
     using = using or app_settings.DATABASE
     with transaction.atomic(using=using):
         row = JobDefinition.objects.using(using).filter(name=name).first()
@@ -194,6 +255,7 @@ def _change(name: str, using: str | None, **fields: Any) -> bool:
         for field, value in fields.items():
             setattr(row, field, value)
         row.save(using=using, update_fields=[*fields, "updated_at"])
+        _record_act(using, ClusterEventKind.JOB_CHANGED, "", f"{name}: {act}", by)
     return True
 
 
@@ -232,12 +294,14 @@ def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
     return fresh
 
 
-def set_enabled(names: list[str], *, enabled: bool, using: str | None = None) -> list[str]:
+def set_enabled(
+    names: list[str], *, enabled: bool, by: str = "", using: str | None = None
+) -> list[str]:
     """Enable or disable jobs by name; nodes re-plan within a heartbeat. Return those changed."""
     using = using or app_settings.DATABASE
     with transaction.atomic(using=using):
         jobs = JobDefinition.objects.using(using).filter(name__in=names).exclude(enabled=enabled)
         changed = list(jobs.values_list("name", flat=True))
         for name in changed:
-            _change(name, using, enabled=enabled)
+            _change(name, using, "enabled" if enabled else "disabled", by, enabled=enabled)
     return changed

@@ -15,6 +15,9 @@ from django.db import connection
 
 from django_cluster_jobs.coordination import get_coordinator
 
+#: Fixtures shared by the API test modules.
+pytest_plugins = ["tests.api_fixtures"]
+
 ROOT = Path(__file__).resolve().parent.parent
 #: Hard deadline of any one scheduler subprocess started by a test.
 PROCESS_DEADLINE = 60.0

@@ -22,6 +22,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "rest_framework",
+    "drf_spectacular",  # for manage.py spectacular; the API's schema view needs no app
     "django_cluster_jobs",
     "tests",
 ]

@@ -501,10 +501,11 @@ def test_pause_asks_how_long_and_why_then_shows_it_in_the_list(admin_client):
         reason="database upgrade")  # fmt: skip
     job = fresh(job)
     assert before + timedelta(hours=1) <= job.paused_until <= timezone.now() + timedelta(hours=1)
-    assert job.pause_reason == "database upgrade"
+    assert job.pause_reason == "database upgrade (paused by admin:admin)"
     assert job.updated_at >= before  # nodes re-plan when updated_at moves
     column = admin_client.get(url("jobdefinition")).content.decode()
-    assert '<td class="field-paused">until ' in column and ": database upgrade</td>" in column
+    assert '<td class="field-paused">until ' in column
+    assert ": database upgrade (paused by admin:admin)</td>" in column
     assert log_of(job)[0].startswith("admin: Paused until ")
 
 

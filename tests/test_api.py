@@ -9,10 +9,9 @@ from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 
 import pytest
-from django.contrib.auth.models import Permission, User
+from django.contrib.auth.models import User
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
@@ -29,81 +28,15 @@ from django_cluster_jobs.models import (
     WorkerNode,
 )
 from django_cluster_jobs.status import build_status
+from tests.api_fixtures import MANAGE, TRACEBACK, TRIGGER, VIEW_ALL, at, parse, url
 from tests.factories import (
     JobDefinitionFactory,
     JobRunFactory,
     LeaseFactory,
-    RunEventFactory,
-    RunningRunFactory,
     WorkerNodeFactory,
 )
 
 pytestmark = pytest.mark.django_db
-
-TRIGGER = "trigger_jobdefinition"
-MANAGE = "manage_jobdefinition"
-VIEW_ALL = ("view_jobdefinition", "view_jobrun", "view_workernode", "view_lease")
-TRACEBACK = 'Traceback (most recent call last):\n  File "jobs.py", line 3\nRuntimeError: boom'
-
-
-def url(name: str, *args: object) -> str:
-    return reverse(f"cluster_jobs_api:{name}", args=args)
-
-
-def at(minutes: float) -> datetime:
-    """A time ``minutes`` from now (negative: ago)."""
-    return timezone.now() + timedelta(minutes=minutes)
-
-
-def parse(text: str) -> datetime:
-    return datetime.fromisoformat(text.replace("Z", "+00:00"))
-
-
-@pytest.fixture
-def user_with():
-    """Return an API client authenticated as a user holding exactly ``codenames``."""
-
-    def make(*codenames: str) -> APIClient:
-        user = User.objects.create_user(f"operator{User.objects.count()}")
-        user.user_permissions.set(Permission.objects.filter(codename__in=codenames))
-        client = APIClient()
-        client.force_authenticate(User.objects.get(pk=user.pk))  # a fresh permission cache
-        return client
-
-    return make
-
-
-@pytest.fixture
-def viewer(user_with) -> APIClient:
-    """May read everything, may neither trigger nor manage."""
-    return user_with(*VIEW_ALL)
-
-
-@pytest.fixture
-def operator(user_with) -> APIClient:
-    """May read everything, trigger and manage; recorded in the ledger as ``api:operator0``."""
-    return user_with(*VIEW_ALL, TRIGGER, MANAGE)
-
-
-@pytest.fixture
-def cluster():
-    """A cron job with a success, a failure and a running run, two nodes and a leader."""
-    job = JobDefinitionFactory(name="report", cron="0 9 * * *", timezone="Europe/Paris")
-    ok = JobRunFactory(job=job, key="k1", scheduled_at=at(-30), state=RunState.SUCCEEDED,
-                       node="node-a", outcome=Outcome.WON)  # fmt: skip
-    failed = JobRunFactory(
-        job=job, key="k2", scheduled_at=at(-20), state=RunState.FAILED, node="node-b",
-        outcome=Outcome.CATCH_UP, error="RuntimeError: boom\nmore", traceback=TRACEBACK,
-        started_at=at(-20), finished_at=at(-19),
-    )  # fmt: skip
-    running = RunningRunFactory(job=job, key="k3", scheduled_at=at(-1), node="node-a")
-    RunEventFactory(run=failed, kind=EventKind.CLAIMED, at=at(-20), reason="won the slot")
-    RunEventFactory(run=failed, kind=EventKind.FAILED, at=at(-19), node="node-b", fence=2)
-    node_a = WorkerNodeFactory(node_id="node-a", skipped={"disabled": 1})
-    node_b = WorkerNodeFactory(node_id="node-b", status=NodeStatus.DRAINING)
-    LeaseFactory(name="leader", holder="node-a", fence=4, acquired_at=at(-60), expires_at=at(1))
-    return {"job": job, "ok": ok, "failed": failed, "running": running, "node_a": node_a,
-            "node_b": node_b}  # fmt: skip
 
 
 # -- permissions --------------------------------------------------------------------------------
@@ -181,8 +114,8 @@ def test_each_action_needs_its_permission(cluster, user_with, name, target, perm
 def test_writes_without_an_action_are_refused_even_to_superusers(cluster):
     client = APIClient()
     client.force_authenticate(User.objects.create_superuser("root"))
-    assert client.delete(url("run-detail", cluster["ok"].pk)).status_code == 403
-    assert client.put(url("job-detail", "report"), {}, format="json").status_code == 403
+    assert client.delete(url("run-detail", cluster["ok"].pk)).status_code == 405
+    assert client.put(url("job-detail", "report"), {}, format="json").status_code == 405
     assert JobRun.objects.filter(pk=cluster["ok"].pk).exists()
 
 
@@ -455,10 +388,10 @@ def test_trigger_rejects_a_payload_the_job_cannot_take(cluster, operator, payloa
     assert not JobRun.objects.filter(outcome=Outcome.MANUAL).exists()
 
 
-def test_trigger_of_an_unknown_job_is_400_with_the_message(operator):
+def test_trigger_of_an_unknown_job_is_404_with_the_message(operator):
     response = operator.post(url("job-trigger", "nope"), {}, format="json")
-    assert response.status_code == 400
-    assert "No job named 'nope' is registered" in str(response.json()["job"])
+    assert response.status_code == 404
+    assert "No job named 'nope'" in response.json()["detail"]
 
 
 def test_trigger_of_a_stored_job_whose_code_is_gone_is_400(operator):
@@ -480,7 +413,7 @@ def test_enqueue_with_time_priority_and_key(cluster, operator):
         RunState.PENDING, Outcome.ENQUEUED, when, when, 7, {"value": 2}
     )  # fmt: skip
     again = operator.post(url("job-enqueue", "report"), body, format="json")
-    assert again.status_code == 201 and again.json()["id"] == run.pk
+    assert again.status_code == 200 and again.json()["id"] == run.pk
     assert JobRun.objects.filter(outcome=Outcome.ENQUEUED).count() == 1
 
 
@@ -511,10 +444,10 @@ def test_enqueue_validation_errors(cluster, operator, body, field):
     assert not JobRun.objects.filter(outcome=Outcome.ENQUEUED).exists()
 
 
-def test_enqueue_of_an_unknown_job_is_400_with_the_message(operator):
+def test_enqueue_of_an_unknown_job_is_404_with_the_message(operator):
     response = operator.post(url("job-enqueue", "nope"), {"payload": {}}, format="json")
-    assert response.status_code == 400
-    assert "No job named 'nope'" in str(response.json()["job"])
+    assert response.status_code == 404
+    assert "No job named 'nope'" in response.json()["detail"]
 
 
 # -- actions: pause and resume ------------------------------------------------------------------
@@ -525,9 +458,10 @@ def test_pause_until_with_reason_then_resume(cluster, operator):
     body = {"until": until.isoformat(), "reason": "deploy"}
     response = operator.post(url("job-pause", "report"), body, format="json")
     assert response.status_code == 200
-    assert (response.json()["paused"], response.json()["pause_reason"]) == (True, "deploy")
+    reason = "deploy (paused by api:operator0)"
+    assert (response.json()["paused"], response.json()["pause_reason"]) == (True, reason)
     job = JobDefinition.objects.get(name="report")
-    assert (job.paused_until, job.pause_reason) == (until, "deploy")
+    assert (job.paused_until, job.pause_reason) == (until, reason)
     response = operator.post(url("job-resume", "report"))
     assert response.status_code == 200 and response.json()["paused"] is False
     job.refresh_from_db()

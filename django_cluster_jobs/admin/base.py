@@ -18,21 +18,11 @@ from django.db.models import Model, QuerySet
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 
+from .. import permissions
 from ..conf import app_settings
-from ..models import JobDefinition
 
-_LABEL = JobDefinition._meta.app_label
-#: Run a job now, replay a run.
-TRIGGER_PERMISSION = f"{_LABEL}.trigger_jobdefinition"
-#: Pause, resume, enable and disable jobs, cancel runs, drain nodes.
-MANAGE_PERMISSION = f"{_LABEL}.manage_jobdefinition"
 #: POST field of the buttons on an object's page: come back to that page after the action.
 FROM_OBJECT = "_from_object"
-
-
-def actor(request) -> str:
-    """Return who acts, as recorded in the ledger (``triggered by …``, event ``node``)."""
-    return f"admin:{request.user.get_username()}"
 
 
 def ledger(model: type[Model]) -> QuerySet:
@@ -42,6 +32,9 @@ def ledger(model: type[Model]) -> QuerySet:
 
 class LedgerDatabaseMixin:
     """Read and write the ledger on CLUSTER_JOBS["DATABASE"] (Django's multi-database pattern)."""
+
+    class Media:
+        css = {"all": ("cluster_jobs/admin.css",)}
 
     def get_queryset(self, request):
         return super().get_queryset(request).using(app_settings.DATABASE)
@@ -74,10 +67,10 @@ class OperatorActionsMixin:
     change_form_template = "admin/cluster_jobs/change_form.html"
 
     def has_trigger_permission(self, request) -> bool:
-        return request.user.has_perm(TRIGGER_PERMISSION)
+        return request.user.has_perm(permissions.TRIGGER_PERMISSION)
 
     def has_manage_permission(self, request) -> bool:
-        return request.user.has_perm(MANAGE_PERMISSION)
+        return request.user.has_perm(permissions.MANAGE_PERMISSION)
 
     def report(
         self, request, changed: Iterable[tuple[Model, str]], text: str, *, done: bool = True

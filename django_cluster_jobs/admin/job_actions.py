@@ -4,14 +4,18 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import conditional_escape, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from .. import services
-from ..models import JobDefinition
+from ..models import JobDefinition, JobRun
+from ..permissions import ADMIN, actor
 from ..registry import registry
-from .base import FROM_OBJECT, OperatorActionsMixin, actor, ledger
+from .base import FROM_OBJECT, OperatorActionsMixin, ledger
 from .forms import PauseForm
 from .text import when
 
@@ -46,17 +50,22 @@ class JobActionsMixin(OperatorActionsMixin):
     def run_now(self, request, queryset):
         jobs = _selected(queryset)
         runnable = [job for job in jobs if job.callable_name in registry]
-        changed = []
-        for job in runnable:
-            run = services.trigger(job.name, by=actor(request))
-            changed.append((job, f"Run now: queued run {run.pk}."))
+        runs = [(job, services.trigger(job.name, by=actor(request, ADMIN))) for job in runnable]
+        changed = [(job, f"Run now: queued run {run.pk}.") for job, run in runs]
         text = ngettext(
-            "%(n)d run queued; it starts as soon as a node is free.",
-            "%(n)d runs queued; they start as soon as a node is free.",
-            len(changed),
-        ) % {"n": len(changed)}
-        self.report(request, changed, text, done=bool(changed))
+            "%(n)d run queued (%(runs)s); it starts as soon as a node is free.",
+            "%(n)d runs queued (%(runs)s); they start as soon as a node is free.",
+            len(runs),
+        )
+        links = format_html_join(", ", '<a href="{}">{} {}</a>', self._run_links(runs))
+        # The translated words are escaped; the links are built escaped.
+        html = mark_safe(conditional_escape(text) % {"n": len(runs), "runs": links})
+        self.report(request, changed, html, done=bool(runs))
         self._warn_unregistered(request, [job for job in jobs if job not in runnable])
+
+    def _run_links(self, runs: list[tuple[JobDefinition, JobRun]]):
+        name = f"{self.admin_site.name}:cluster_jobs_jobrun_change"
+        return ((reverse(name, args=[run.pk]), _("run"), run.pk) for _job, run in runs)
 
     def _warn_unregistered(self, request, jobs: list[JobDefinition]) -> None:
         if jobs:
@@ -72,9 +81,10 @@ class JobActionsMixin(OperatorActionsMixin):
             return self._pause_page(request, jobs, form)
         length = form.length()
         until = timezone.now() + length if length else None
-        reason = form.cleaned_data["reason"] or _("paused by %s") % request.user.get_username()
+        by, reason = actor(request, ADMIN), form.cleaned_data["reason"]
         for job in jobs:
-            services.pause(job.name, until=until, reason=reason)
+            services.pause(job.name, until=until, reason=reason, by=by)
+        reason = services.pause_reason(reason, by)
         span = _("until %s") % when(until) if until else _("until resumed")
         changed = [(job, f"Paused {span}: {reason}") for job in jobs]
         text = ngettext("%(n)d job paused %(span)s.", "%(n)d jobs paused %(span)s.", len(jobs))
@@ -97,7 +107,9 @@ class JobActionsMixin(OperatorActionsMixin):
     @admin.action(description=gettext_lazy("Resume selected jobs"), permissions=["manage"])
     def resume_jobs(self, request, queryset):
         jobs = [job for job in _selected(queryset) if job.paused_until is not None]
-        changed = [(job, "Resumed.") for job in jobs if services.resume(job.name)]
+        changed = [
+            (job, "Resumed.") for job in jobs if services.resume(job.name, by=actor(request, ADMIN))
+        ]
         text = ngettext("%(n)d job resumed.", "%(n)d jobs resumed.", len(changed)) % {
             "n": len(changed)
         }
@@ -113,7 +125,7 @@ class JobActionsMixin(OperatorActionsMixin):
 
     def _set_enabled(self, request, queryset, *, enabled: bool) -> None:
         jobs = {job.name: job for job in _selected(queryset)}
-        names = services.set_enabled(list(jobs), enabled=enabled)
+        names = services.set_enabled(list(jobs), enabled=enabled, by=actor(request, ADMIN))
         changed = [(jobs[name], "Enabled." if enabled else "Disabled.") for name in names]
         text = (
             ngettext("%(n)d job enabled.", "%(n)d jobs enabled.", len(names))

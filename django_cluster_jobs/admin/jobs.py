@@ -23,7 +23,14 @@ from ..validation import is_orphaned, row_errors
 from .base import LedgerDatabaseMixin, ledger
 from .forms import JobDefinitionForm
 from .job_actions import JobActionsMixin, pause_text
-from .text import fire_times_table, interval_text, schedule_or_none, schedule_text, when
+from .text import (
+    fire_times_table,
+    interval_text,
+    schedule_or_none,
+    schedule_text,
+    time_column,
+    when,
+)
 
 #: Fields only an operator sets; everything else on a code job comes from its declaration.
 OPERATOR_OWNED = ("enabled", "paused_until", "pause_reason")
@@ -38,7 +45,7 @@ MAIN_FIELDS = ("name", "callable_name", "source", "enabled", "pause_state", "pro
 SCHEDULE_FIELDS = ("schedule_kind", "cron", "timezone", "interval")
 COMPUTED = ("pause_state", "problem_list", "schedule_description", "next_fire_times")
 HISTORY = (
-    "runs_last_day", "last_run_detail", "last_success", "last_failure", "created_at", "updated_at",
+    "runs_last_day", "last_run_detail", "last_success", "last_failure", "created", "updated",
 )  # fmt: skip
 #: Every other declared column (retries, breaker, timeouts, …) lands here, so new ones show up.
 POLICY_FIELDS = tuple(f for f in CODE_OWNED if f not in (*MAIN_FIELDS, *SCHEDULE_FIELDS))
@@ -61,9 +68,11 @@ class PausedFilter(admin.SimpleListFilter):
 @admin.register(JobDefinition)
 class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin):
     form = JobDefinitionForm
+    # What an operator scans for at 1366 px (beside the admin's navigation and the filters); the
+    # placement is a filter and on the job's page.
     list_display = (
-        "name", "schedule", "source", "enabled", "paused", "placement", "last_run",
-        "next_fire_time", "problems",
+        "name", "schedule", "source", "enabled", "paused", "last_run", "next_fire_time",
+        "problems",
     )  # fmt: skip
     list_editable = ("enabled",)
     list_filter = ("enabled", PausedFilter, "schedule_kind", "source", "placement")
@@ -87,6 +96,9 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
             )
         )
 
+    created = time_column(JobDefinition, "created_at")
+    updated = time_column(JobDefinition, "updated_at")
+
     def get_fieldsets(self, request, obj=None):
         return self.fieldsets if obj else self.fieldsets[:-1]
 
@@ -98,8 +110,17 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
     def get_readonly_fields(self, request, obj=None):
         # Pausing goes through the pause and resume actions (manage permission), not the form.
         if obj is not None and obj.source == Source.CODE:
-            return (*CODE_OWNED, *COMPUTED, *HISTORY)
-        return ("source", *COMPUTED, *HISTORY)
+            fields = (*CODE_OWNED, *COMPUTED, *HISTORY)
+        else:
+            fields = ("source", *COMPUTED, *HISTORY)
+        # Switching a job on or off is the enable and disable actions' permission.
+        return fields if self.has_manage_permission(request) else (*fields, "enabled")
+
+    def get_changelist_instance(self, request):
+        changelist = super().get_changelist_instance(request)
+        if not self.has_manage_permission(request):
+            changelist.list_editable = ()  # as Django does for a popup: no form, no save
+        return changelist
 
     def has_delete_permission(self, request, obj=None):
         # The code would re-create the row at the next start, and deleting cascades its runs;
@@ -153,7 +174,7 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
     def next_fire_time(self, obj):
         if not obj.enabled:
             return _("disabled")
-        return next(iter(obj.upcoming(timezone.now(), 1)), "-")
+        return when(next(iter(obj.upcoming(timezone.now(), 1)), None))
 
     # -- detail
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.contrib import admin, messages
 from django.db.models import DurationField, ExpressionWrapper, F
+from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
@@ -11,8 +12,12 @@ from .. import services
 from ..conf import app_settings
 from ..exceptions import ImproperlyDeclared
 from ..models import LIVE_STATES, JobDefinition, JobRun, RunEvent, RunState, WorkerNode
-from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, actor, ledger
-from .text import as_json, interval_text, pre
+from ..permissions import ADMIN, actor, can_view
+from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, ledger
+from .text import as_json, interval_text, pre, time_column
+
+#: How much of an error's first line the runs list shows.
+ERROR_SUMMARY = 50
 
 
 class LedgerChoicesFilter(admin.SimpleListFilter):
@@ -42,7 +47,8 @@ class NodeFilter(LedgerChoicesFilter):
 
 class RunEventInline(admin.TabularInline):
     model = RunEvent
-    fields = readonly_fields = ("at", "kind", "node", "fence", "reason")
+    fields = readonly_fields = ("time", "kind", "node", "fence", "reason")
+    time = time_column(RunEvent, "at")
     extra = max_num = 0
     can_delete = False
 
@@ -51,10 +57,7 @@ class RunEventInline(admin.TabularInline):
 
     def has_view_permission(self, request, obj=None):
         # The timeline is part of the run: whoever may see the run sees its events.
-        label = JobRun._meta.app_label
-        return request.user.has_perm(f"{label}.view_jobrun") or request.user.has_perm(
-            f"{label}.change_jobrun"
-        )
+        return can_view(request.user, JobRun)
 
     def has_add_permission(self, request, obj=None):
         return False
@@ -68,11 +71,10 @@ class RunEventInline(admin.TabularInline):
 
 @admin.register(JobRun)
 class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
-    list_display = (
-        "job", "key", "state", "outcome", "node", "attempt", "fence", "scheduled_at",
-        "started_at", "finished_at", "duration",
-    )  # fmt: skip
-    list_display_links = ("key",)
+    # What an operator scans for at 1366 px (beside the admin's navigation and the filters); the
+    # key, outcome, attempt, fence and the other times are on the run's page.
+    list_display = ("scheduled", "job", "state", "error_summary", "duration", "node")
+    list_display_links = ("scheduled",)
     list_filter = (JobFilter, "state", "outcome", NodeFilter)
     list_select_related = ("job",)
     search_fields = ("job__name", "key", "node")
@@ -86,14 +88,23 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
     )
     fieldsets = (
         (None, {"fields": ("job", "key", "state", "outcome", "reason", "attempt", "priority",
-                           "origin", "cancel_requested")}),
-        (gettext_lazy("Ownership"), {"fields": ("node", "fence", "lease_expires_at")}),
-        (gettext_lazy("Times"), {"fields": ("scheduled_at", "due_at", "created_at", "started_at",
-                                            "finished_at", "duration")}),
+                           "origin", "cancel_request")}),
+        (gettext_lazy("Ownership"), {"fields": ("node", "fence", "lease_expires")}),
+        (gettext_lazy("Times"), {"fields": ("scheduled", "due", "created", "started",
+                                            "finished", "duration")}),
         (gettext_lazy("Data"), {"fields": ("payload_json", "result_json", "error_text",
                                            "traceback_text")}),
     )  # fmt: skip
-    readonly_fields = ("duration", "payload_json", "result_json", "error_text", "traceback_text")
+    readonly_fields = (
+        "cancel_request", "lease_expires", "scheduled", "due", "created", "started", "finished",
+        "duration", "payload_json", "result_json", "error_text", "traceback_text",
+    )  # fmt: skip
+    scheduled = time_column(JobRun, "scheduled_at")
+    due = time_column(JobRun, "due_at")
+    created = time_column(JobRun, "created_at")
+    started = time_column(JobRun, "started_at")
+    finished = time_column(JobRun, "finished_at")
+    lease_expires = time_column(JobRun, "lease_expires_at")
 
     def get_queryset(self, request):
         elapsed = ExpressionWrapper(
@@ -114,7 +125,7 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
         changed = [
             (run, "Cancel requested.")
             for run in runs
-            if services.request_cancel(run, by=actor(request))
+            if services.request_cancel(run, by=actor(request, ADMIN))
         ]
         text = ngettext(
             "Cancel requested for %(n)d run; its node stops it at its next heartbeat.",
@@ -133,7 +144,7 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
         changed = []
         for run in runs:
             try:
-                fresh = services.replay(run, by=actor(request))
+                fresh = services.replay(run, by=actor(request, ADMIN))
             except ImproperlyDeclared as exc:  # a stored run the engine cannot take again
                 self.message_user(request, str(exc), messages.WARNING)
                 continue
@@ -154,6 +165,19 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
         if obj.duration_value is None:
             return _("running") if obj.state == RunState.RUNNING else "-"
         return interval_text(obj.duration_value)
+
+    @admin.display(description=gettext_lazy("error"))
+    def error_summary(self, obj):
+        return Truncator(obj.error.split("\n", 1)[0]).chars(ERROR_SUMMARY) or "-"
+
+    @admin.display(description=gettext_lazy("cancel requested"))
+    def cancel_request(self, obj):
+        # Plain words, not Django's boolean icons: a request the run outlived is no failure.
+        if not obj.cancel_requested:
+            return _("No")
+        if obj.state == RunState.RUNNING:
+            return _("Requested; its node stops it at its next heartbeat.")
+        return _("Requested; the run ended as %(state)s.") % {"state": obj.get_state_display()}
 
     @admin.display(description=gettext_lazy("payload"))
     def payload_json(self, obj):
@@ -180,7 +204,10 @@ def _pks(queryset) -> list:
 class RunEventAdmin(ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
     """Every takeover, fence-out, loss and skip across the cluster, newest first."""
 
-    list_display = ("at", "run", "kind", "node", "fence", "reason")
+    list_display = ("time", "run", "kind", "node", "fence", "reason")
+    fields = ("run", "time", "kind", "node", "fence", "reason")
+    readonly_fields = ("time",)
+    time = time_column(RunEvent, "at")
     list_filter = ("kind",)
     list_select_related = ("run__job",)
     search_fields = ("run__job__name", "run__key", "node", "reason")

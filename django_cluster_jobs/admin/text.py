@@ -1,14 +1,18 @@
-"""How the admin words things: schedules, intervals, fire times, JSON and tracebacks."""
+"""How the admin words things: schedules, intervals, times, JSON and tracebacks."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import lru_cache
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cron_descriptor import Options, get_description
-from django.utils import formats, timezone, translation
+from django.contrib import admin
+from django.db.models import Model
+from django.utils import timezone, translation
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 
@@ -70,13 +74,26 @@ def schedule_or_none(job: JobDefinition) -> Schedule | None:
         return None
 
 
-def when(at: datetime | None) -> str:
-    """Return ``at`` in the current time zone and locale, or a dash."""
-    return formats.localize(timezone.localtime(at)) if at else "-"
-
-
 def _stamp(at: datetime, zone: tzinfo) -> str:
     return at.astimezone(zone).strftime("%Y-%m-%d %H:%M:%S %Z")
+
+
+def when(at: datetime | None) -> str:
+    """Return ``at`` to the second in the current time zone, naming the zone; else a dash."""
+    return _stamp(at, timezone.get_current_timezone()) if at else "-"
+
+
+def time_column(model: type[Model], field: str) -> Callable[[Any, Model], str]:
+    """Return an admin column (or read-only field) showing ``field`` as :func:`when` words it.
+
+    Django's own display of a datetime drops the seconds and the zone.
+    """
+
+    @admin.display(description=model._meta.get_field(field).verbose_name, ordering=field)
+    def column(model_admin: Any, obj: Model) -> str:
+        return when(getattr(obj, field))
+
+    return column
 
 
 def fire_times_table(times: list[datetime], tz: str) -> str:

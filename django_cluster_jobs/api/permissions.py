@@ -3,20 +3,16 @@
 - reading needs Django's view (or change) permission on every model a view shows;
 - each action needs the permission named in :data:`ACTION_PERMISSIONS`;
 - anything else that writes is refused, so a new endpoint is closed until it is mapped here.
+
+The permissions themselves, and who acted, come from :mod:`django_cluster_jobs.permissions`,
+which the admin shares.
 """
 
 from __future__ import annotations
 
-from django.db.models import Model
 from rest_framework.permissions import SAFE_METHODS, BasePermission
 
-from ..models import JobDefinition
-
-_LABEL = JobDefinition._meta.app_label
-#: Run a job now, enqueue a run, replay a run.
-TRIGGER_PERMISSION = f"{_LABEL}.trigger_jobdefinition"
-#: Pause and resume jobs, cancel runs, drain nodes.
-MANAGE_PERMISSION = f"{_LABEL}.manage_jobdefinition"
+from ..permissions import MANAGE_PERMISSION, TRIGGER_PERMISSION, can_view
 
 #: Viewset action name → the permission it needs.
 ACTION_PERMISSIONS = {
@@ -28,14 +24,6 @@ ACTION_PERMISSIONS = {
     "cancel": MANAGE_PERMISSION,
     "drain": MANAGE_PERMISSION,
 }
-
-
-def can_view(user, model: type[Model]) -> bool:
-    """Whether ``user`` may see ``model`` rows (view, or change as in the admin)."""
-    opts = model._meta
-    return user.has_perm(f"{opts.app_label}.view_{opts.model_name}") or user.has_perm(
-        f"{opts.app_label}.change_{opts.model_name}"
-    )
 
 
 class ClusterJobsPermission(BasePermission):

@@ -11,6 +11,7 @@ from typing import Any
 
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 from rest_framework.settings import api_settings
 
@@ -26,6 +27,7 @@ from ..validation import (
     PRIORITY_MIN,
     check_run_inputs,
     definition_errors,
+    row_errors,
 )
 
 #: How many fire times a job's detail lists.
@@ -39,6 +41,7 @@ def iso(at: datetime | None) -> str | None:
     return None if at is None else serializers.DateTimeField().to_representation(at)
 
 
+@extend_schema_field({"type": "number", "format": "double", "nullable": True})
 class SecondsField(serializers.ReadOnlyField):
     """A duration as seconds (a float)."""
 
@@ -47,6 +50,13 @@ class SecondsField(serializers.ReadOnlyField):
 
 
 # -- runs ---------------------------------------------------------------------------------------
+
+
+# Any JSON value, null included: a nullable field would make the schema say "any or null",
+# which a 3.1 validator reads as two matching alternatives.
+@extend_schema_field({"description": "What the handler returned (any JSON value), or null."})
+class ResultField(serializers.JSONField):
+    """A run's result."""
 
 
 class RunSummarySerializer(serializers.ModelSerializer):
@@ -77,6 +87,7 @@ class RunSerializer(serializers.ModelSerializer):
     """A run in a list (select the job with it)."""
 
     job = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    result = ResultField(read_only=True)
 
     class Meta:
         model = JobRun
@@ -137,6 +148,7 @@ def fire_times(job: JobDefinition, now: datetime, count: int) -> list[datetime]:
     return job.upcoming(now, count) if job.enabled else []
 
 
+@extend_schema_field(RunSummarySerializer(allow_null=True))
 class LastRunField(serializers.ReadOnlyField):
     """The job's run of this field's name among those :func:`attach_last_runs` loaded."""
 
@@ -163,7 +175,7 @@ JOB_FIELDS = (
     "last_run", "last_success", "last_failure", "placement", "delivery", "overlap", "misfire",
     "catch_up_window_seconds", "catch_up_limit", "max_attempts", "backoff", "breaker_threshold",
     "breaker_cooldown_seconds", "executor", "timeout_seconds", "priority", "queue",
-    "max_concurrency", "requires", "payload", "created_at", "updated_at",
+    "max_concurrency", "requires", "payload", "problems", "created_at", "updated_at",
 )  # fmt: skip
 
 
@@ -187,6 +199,9 @@ class JobSerializer(serializers.ModelSerializer):
     last_run = LastRunField()
     last_success = LastRunField()
     last_failure = LastRunField()
+    problems = serializers.SerializerMethodField(
+        help_text="Why no node plans the job (the validator's verdict); empty when it is usable."
+    )
 
     class Meta:
         model = JobDefinition
@@ -209,15 +224,21 @@ class JobSerializer(serializers.ModelSerializer):
     def get_paused(self, job: JobDefinition) -> bool:
         return is_paused(job, self.now)
 
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_paused_until(self, job: JobDefinition) -> str | None:
         return iso(job.paused_until) if is_paused(job, self.now) else None
 
     def get_pause_reason(self, job: JobDefinition) -> str:
         return job.pause_reason if is_paused(job, self.now) else ""
 
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_next_fire_time(self, job: JobDefinition) -> str | None:
         times = fire_times(job, self.now, 1)
         return iso(times[0]) if times else None
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_problems(self, job: JobDefinition) -> list[str]:
+        return [str(problem) for problem in row_errors(job)]
 
 
 class JobDetailSerializer(JobSerializer):
@@ -229,6 +250,7 @@ class JobDetailSerializer(JobSerializer):
         fields = (*JOB_FIELDS, "next_fire_times")
         read_only_fields = fields
 
+    @extend_schema_field(serializers.ListField(child=serializers.DateTimeField()))
     def get_next_fire_times(self, job: JobDefinition) -> list[str]:
         return [iso(at) for at in fire_times(job, self.now, FIRE_TIMES)]
 

@@ -2,13 +2,15 @@
 
 Names live in the ``cluster_jobs_api`` namespace: ``job-list``, ``job-detail``, ``job-trigger``,
 ``job-enqueue``, ``job-pause``, ``job-resume``, ``run-list``, ``run-detail``, ``run-cancel``,
-``run-replay``, ``node-list``, ``node-detail``, ``node-drain``, ``leader`` and ``status``.
+``run-replay``, ``node-list``, ``node-detail``, ``node-drain``, ``leader``, ``status`` and
+``schema`` (this API's OpenAPI 3 schema).
 """
 
 from django.urls import path
 from rest_framework.routers import SimpleRouter
 
 from . import views
+from .schema import SchemaView
 
 app_name = "cluster_jobs_api"
 
@@ -21,4 +23,5 @@ urlpatterns = [
     *router.urls,
     path("leader/", views.LeaderView.as_view(), name="leader"),
     path("status/", views.StatusView.as_view(), name="status"),
+    path("schema/", SchemaView.as_view(), name="schema"),
 ]

@@ -1,22 +1,27 @@
 """The API's views: read the ledger, and act only through :mod:`django_cluster_jobs.services`.
 
-Pagination and filtering are set here, not taken from the project's REST framework settings:
-the run list pages by cursor (newest first, no COUNT over the ledger), the job and node lists are
-short and come whole. Authentication, renderers and throttling are the project's.
+Pagination, filtering and parsing are set here, not taken from the project's REST framework
+settings: the run list pages by cursor (newest first, no COUNT over the ledger), the job and node
+lists are short and come whole, and bodies are JSON (nested at most
+:data:`~django_cluster_jobs.api.parsers.MAX_DEPTH` levels), forms or multipart. Authentication,
+renderers and throttling are the project's.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
-from django.db.models import Count, OuterRef, Subquery
+from django.db.models import Count, Model, OuterRef, Subquery
 from django.db.models.functions import Now
+from django.http import Http404
 from django.utils import timezone
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound
-from rest_framework.pagination import CursorPagination
+from rest_framework.parsers import FormParser, MultiPartParser
 from rest_framework.response import Response
 from rest_framework.views import APIView
 from rest_framework.viewsets import ReadOnlyModelViewSet
@@ -25,18 +30,18 @@ from .. import services
 from ..conf import app_settings
 from ..coordination import get_coordinator
 from ..exceptions import ImproperlyDeclared, UnknownJob
-from ..models import (
-    LIVE_STATES,
-    JobDefinition,
-    JobRun,
-    Lease,
-    NodeStatus,
-    RunState,
-    WorkerNode,
-)
+from ..models import LIVE_STATES, JobDefinition, JobRun, Lease, NodeStatus, RunState, WorkerNode
+from ..permissions import API, actor, can_view
+from ..registry import registry
 from ..status import LEADER, build_status
+from . import answers
+from . import schema as doc
 from . import serializers as api
+from .pagination import RunCursorPagination
+from .parsers import BoundedJSONParser
 from .permissions import ClusterJobsPermission
+
+T = TypeVar("T")
 
 
 class Conflict(APIException):
@@ -47,38 +52,33 @@ class Conflict(APIException):
     default_code = "conflict"
 
 
-class RunCursorPagination(CursorPagination):
-    """Newest runs first by id: unique and unchanging, so pages hold still while runs arrive."""
-
-    ordering = "-id"
-    page_size = 50
-    page_size_query_param = "page_size"
-    max_page_size = 500
-
-
-def actor(request) -> str:
-    """Return who acts, as recorded in the ledger (``triggered by …``, event ``node``)."""
-    return f"api:{request.user.get_username()}"
-
-
-def ledger(model):
+def ledger(model: type[Model]):
     """Return a plain queryset of ``model`` on the ledger database."""
     return model.objects.using(app_settings.DATABASE)
 
 
-def run_response(run: JobRun, code: int) -> Response:
-    """Return ``run`` as its detail page shows it."""
-    fresh = ledger(JobRun).select_related("job").prefetch_related("events").get(pk=run.pk)
-    return Response(api.RunDetailSerializer(fresh).data, status=code)
+def no_job(name: str) -> NotFound:
+    return NotFound(f"No job named {name!r}.")
 
 
 class ClusterView:
-    """What every view shares: the permission model, no project-wide filters, the cluster clock."""
+    """What every view shares: permissions, parsers, no project-wide filters, the cluster clock."""
 
     permission_classes = (ClusterJobsPermission,)
+    parser_classes = (BoundedJSONParser, FormParser, MultiPartParser)
     filter_backends = ()
     pagination_class = None
+    # drf-spectacular's schema whatever the project's DEFAULT_SCHEMA_CLASS; each action names
+    # it too (schema=…), since extend_schema builds on the schema class it finds on the action.
+    schema = doc.ClusterSchema()
     viewed_models: tuple = ()
+
+    def check_permissions(self, request) -> None:
+        # A method no handler takes is 405 for everyone, before a permission could say 403.
+        method = request.method.lower()
+        if method not in self.http_method_names or not hasattr(self, method):
+            self.http_method_not_allowed(request)
+        super().check_permissions(request)
 
     def cluster_now(self) -> datetime:
         """Return the database's time (cluster time), once per request."""
@@ -88,6 +88,31 @@ class ClusterView:
 
     def get_serializer_context(self) -> dict[str, Any]:
         return {**super().get_serializer_context(), "now": self.cluster_now()}
+
+    def get_query_serializer_class(self) -> type[serializers.Serializer] | None:
+        """Return what validates this request's query (the schema lists its fields)."""
+        return None
+
+    def query(self) -> Any:
+        """Return the query, validated by :meth:`get_query_serializer_class` (400 otherwise)."""
+        given = self.get_query_serializer_class()(data=self.request.query_params)
+        given.is_valid(raise_exception=True)
+        return given
+
+    def answer(self, serializer_class: type, instance: Model, code: int) -> Response:
+        """Answer an action with ``instance``: whole if the caller may view it, else a receipt."""
+        full = can_view(self.request.user, serializer_class.Meta.model)
+        context = {**self.get_serializer_context(), "full": full}
+        return Response(serializer_class(instance, context=context).data, status=code)
+
+    def answer_run(self, run: JobRun, code: int) -> Response:
+        fresh = ledger(JobRun).select_related("job").prefetch_related("events").get(pk=run.pk)
+        return self.answer(answers.RunAnswerSerializer, fresh, code)
+
+
+RUN_MADE = answers.RunAnswerSerializer
+JOB_CHANGED = answers.JobAnswerSerializer
+NODE_ASKED = answers.NodeAnswerSerializer
 
 
 class JobViewSet(ClusterView, ReadOnlyModelViewSet):
@@ -103,58 +128,86 @@ class JobViewSet(ClusterView, ReadOnlyModelViewSet):
     def get_serializer_class(self):
         return api.JobSerializer if self.action == "list" else api.JobDetailSerializer
 
+    def get_object(self) -> JobDefinition:
+        try:
+            return super().get_object()
+        except Http404 as exc:
+            raise no_job(self.kwargs["name"]) from exc
+
+    def _known(self, name: str) -> None:
+        """Refuse a name that is neither stored nor registered in code (404)."""
+        if name not in registry and not ledger(JobDefinition).filter(name=name).exists():
+            raise no_job(name)
+
     def _input(self, serializer_class, name: str) -> dict[str, Any]:
+        self._known(name)
         context = {**self.get_serializer_context(), "job": name}
         given = serializer_class(data=self.request.data, context=context)
         given.is_valid(raise_exception=True)
         return given.validated_data
 
-    def _run_created(self, call, *args: Any, **kwargs: Any) -> Response:
+    def _make_run(self, make: Callable[[], T]) -> T:
+        """Return what ``make`` makes, its refusals as the API's."""
         try:
-            run = call(*args, **kwargs)
-        except UnknownJob as exc:
-            raise serializers.ValidationError({"job": str(exc)}) from exc
+            return make()
+        except UnknownJob as exc:  # gone since _known looked
+            raise NotFound(str(exc)) from exc
         except ImproperlyDeclared as exc:  # InvalidPayload too: the field is "payload"
             raise serializers.ValidationError({exc.field: str(exc)}) from exc
-        return run_response(run, status.HTTP_201_CREATED)
 
-    def _job_response(self, name: str) -> Response:
-        return Response(self.get_serializer(self.get_queryset().get(name=name)).data)
+    def _job_answer(self, name: str) -> Response:
+        return self.answer(JOB_CHANGED, self.get_queryset().get(name=name), status.HTTP_200_OK)
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(
+        request=api.RunRequestSerializer, responses=doc.responses({201: RUN_MADE}, body=True)
+    )
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def trigger(self, request, name: str) -> Response:
         """Run the job now, outside its schedule; returns the pending run."""
-        given = self._input(api.RunRequestSerializer, name)
-        return self._run_created(services.trigger, name, given["payload"], by=actor(request))
+        payload = self._input(api.RunRequestSerializer, name)["payload"]
+        by = actor(request, API)
+        run = self._make_run(lambda: services.trigger(name, payload, by=by))
+        return self.answer_run(run, status.HTTP_201_CREATED)
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(
+        request=api.EnqueueSerializer,
+        responses=doc.responses({200: RUN_MADE, 201: RUN_MADE}, body=True),
+    )
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def enqueue(self, request, name: str) -> Response:
-        """Queue a one-off run; a repeated ``idempotency_key`` returns the first run."""
+        """Queue a one-off run (201); a repeated ``idempotency_key`` returns the first run (200)."""
         given = self._input(api.EnqueueSerializer, name)
-        return self._run_created(
-            services.enqueue,
-            name,
-            given["payload"],
-            at=given["run_at"],
-            key=given["idempotency_key"],
-            priority=given["priority"],
+        run, created = self._make_run(
+            lambda: services.get_or_enqueue(
+                name,
+                given["payload"],
+                at=given["run_at"],
+                key=given["idempotency_key"],
+                priority=given["priority"],
+                by=actor(request, API),
+            )
         )
+        return self.answer_run(run, status.HTTP_201_CREATED if created else status.HTTP_200_OK)
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(
+        request=api.PauseSerializer, responses=doc.responses({200: JOB_CHANGED}, body=True)
+    )
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def pause(self, request, name: str) -> Response:
         """Stop firing the job until ``until`` or until resumed."""
         given = self._input(api.PauseSerializer, name)
-        reason = given["reason"] or f"paused by {actor(request)}"
-        if not services.pause(name, until=given["until"], reason=reason):
-            raise NotFound(f"No job named {name!r}.")
-        return self._job_response(name)
+        by = actor(request, API)
+        if not services.pause(name, until=given["until"], reason=given["reason"], by=by):
+            raise no_job(name)
+        return self._job_answer(name)
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(request=None, responses=doc.responses({200: JOB_CHANGED}))
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def resume(self, request, name: str) -> Response:
         """Resume a paused job (also one its circuit breaker paused) at once."""
-        if not services.resume(name):
-            raise NotFound(f"No job named {name!r}.")
-        return self._job_response(name)
+        if not services.resume(name, by=actor(request, API)):
+            raise no_job(name)
+        return self._job_answer(name)
 
 
 class RunViewSet(ClusterView, ReadOnlyModelViewSet):
@@ -167,36 +220,39 @@ class RunViewSet(ClusterView, ReadOnlyModelViewSet):
     pagination_class = RunCursorPagination
     lookup_value_regex = r"\d+"
 
+    def get_query_serializer_class(self) -> type[serializers.Serializer] | None:
+        return api.RunFilterSerializer if self.action == "list" else None
+
     def get_queryset(self):
         runs = ledger(JobRun).select_related("job")
         if self.action == "list":
-            filters = api.RunFilterSerializer(data=self.request.query_params)
-            filters.is_valid(raise_exception=True)
-            return filters.filter(runs)
+            return self.query().filter(runs)
         return runs.prefetch_related("events") if self.action == "retrieve" else runs
 
     def get_serializer_class(self):
         return api.RunSerializer if self.action == "list" else api.RunDetailSerializer
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(request=None, responses=doc.responses({202: RUN_MADE, 409: doc.CONFLICT}))
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def cancel(self, request, pk: str) -> Response:
         """Ask the node running this run to stop it at its next heartbeat."""
         run = self.get_object()
-        if not services.request_cancel(run, by=actor(request)):
+        if not services.request_cancel(run, by=actor(request, API)):
             raise Conflict(f"Only running runs can be cancelled; run {run.pk} is {run.state}.")
-        return run_response(run, status.HTTP_202_ACCEPTED)
+        return self.answer_run(run, status.HTTP_202_ACCEPTED)
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(request=None, responses=doc.responses({201: RUN_MADE, 409: doc.CONFLICT}))
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def replay(self, request, pk: str) -> Response:
         """Run a finished run again, as a fresh pending run linked to it."""
         run = self.get_object()
         if run.state in LIVE_STATES:
             raise Conflict(f"Only finished runs can be replayed; run {run.pk} is {run.state}.")
         try:
-            fresh = services.replay(run, by=actor(request))
+            fresh = services.replay(run, by=actor(request, API))
         except ImproperlyDeclared as exc:  # a stored run the engine cannot take again
             raise serializers.ValidationError({exc.field: str(exc)}) from exc
-        return run_response(fresh, status.HTTP_201_CREATED)
+        return self.answer_run(fresh, 201)
 
 
 class NodeViewSet(ClusterView, ReadOnlyModelViewSet):
@@ -212,16 +268,21 @@ class NodeViewSet(ClusterView, ReadOnlyModelViewSet):
         count = running.order_by().values("node").annotate(n=Count("pk")).values("n")[:1]
         return ledger(WorkerNode).annotate(running_count=Subquery(count)).order_by("node_id")
 
-    @action(detail=True, methods=["post"])
+    @extend_schema(request=None, responses=doc.responses({202: NODE_ASKED, 409: doc.CONFLICT}))
+    @action(detail=True, methods=["post"], schema=doc.ClusterSchema)
     def drain(self, request, node_id: str) -> Response:
         """Ask an active node to drain: stop claiming, finish its runs, stop."""
         node = self.get_object()
-        if node.status != NodeStatus.ACTIVE or not services.request_drain([node.node_id]):
+        asked = node.status == NodeStatus.ACTIVE and services.request_drain(
+            [node.node_id], by=actor(request, API)
+        )
+        if not asked:
             raise Conflict(f"Only active nodes can be drained; {node.node_id} is {node.status}.")
         fresh = self.get_queryset().get(pk=node.pk)
-        return Response(self.get_serializer(fresh).data, status=status.HTTP_202_ACCEPTED)
+        return self.answer(answers.NodeAnswerSerializer, fresh, status.HTTP_202_ACCEPTED)
 
 
+@extend_schema(responses=doc.responses({200: doc.LeaderSerializer}, named=False))
 class LeaderView(ClusterView, APIView):
     """The node holding the leader lease (on the database's clock); all null when none does."""
 
@@ -229,26 +290,27 @@ class LeaderView(ClusterView, APIView):
 
     def get(self, request) -> Response:
         lease = ledger(Lease).filter(name=LEADER, expires_at__gt=Now()).exclude(holder="").first()
-        return Response(
-            {
-                "holder": lease.holder if lease else None,
-                "since": api.iso(lease.acquired_at) if lease else None,
-                "fence": lease.fence if lease else None,
-                "expires_at": api.iso(lease.expires_at) if lease else None,
-            }
-        )
+        held = {
+            "holder": lease.holder if lease else None,
+            "since": lease.acquired_at if lease else None,
+            "fence": lease.fence if lease else None,
+            "expires_at": lease.expires_at if lease else None,
+        }
+        return Response(doc.LeaderSerializer(held).data)
 
 
 class StatusQuerySerializer(serializers.Serializer):
     failures = serializers.IntegerField(required=False, default=10, min_value=0, max_value=1000)
 
 
+@extend_schema(responses=doc.responses({200: doc.StatusSerializer}, query=True, named=False))
 class StatusView(ClusterView, APIView):
     """The scheduler status report, exactly as ``schedulerstatus --json`` prints it."""
 
     viewed_models = (JobDefinition, JobRun, WorkerNode, Lease)
 
+    def get_query_serializer_class(self) -> type[serializers.Serializer]:
+        return StatusQuerySerializer
+
     def get(self, request) -> Response:
-        query = StatusQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        return Response(build_status(failures=query.validated_data["failures"]))
+        return Response(build_status(failures=self.query().validated_data["failures"]))
