@@ -60,10 +60,9 @@ class OwnershipMixin:
             return []
         with transaction.atomic(using=self.alias):
             due = JobRun.objects.using(self.alias).due(now).filter(job_id__in=job_ids)
-            if self.connection.features.has_select_for_update_skip_locked:  # type: ignore[attr-defined]
-                due = due.select_for_update(skip_locked=True)
+            skip = self.connection.features.has_select_for_update_skip_locked  # type: ignore[attr-defined]
             taken = []
-            for pk, fence, reason in pick(due, limit, now):
+            for pk, fence, reason in pick(due, limit, now, skip_locked=skip):
                 if self._take(pk, fence, node, now, lease_until, reason):
                     taken.append(won_of(JobRun.objects.using(self.alias).get(pk=pk)))
         return taken

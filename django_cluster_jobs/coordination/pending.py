@@ -128,21 +128,24 @@ class SQLPendingMixin:
             )
 
 
-def pick(due: QuerySet, limit: int, now: datetime) -> list[tuple[int, int, str]]:
+def pick(
+    due: QuerySet, limit: int, now: datetime, *, skip_locked: bool = False
+) -> list[tuple[int, int, str]]:
     """Return (pk, fence, reason) of the ``limit`` due runs TAKE_PENDING would take, in order.
 
     The portable path has no date arithmetic it can trust on every database, so it reads the
     ``limit`` earliest due runs of each priority present (the best ``limit`` by rank are among
-    them) and ranks those in Python.
+    them) and ranks those in Python; with ``skip_locked`` it locks what it reads, skipping rows
+    a racer holds.
     """
     fields = ("pk", "due_at", "priority", "fence", "reason")
+    locked = due.select_for_update(skip_locked=True) if skip_locked else due
     if aging_step() is None:
-        best = due.order_by("-priority", "due_at", "pk").values_list(*fields)[:limit]
+        best = locked.order_by("-priority", "due_at", "pk").values_list(*fields)[:limit]
         return [(pk, fence, reason) for pk, _, _, fence, reason in best]
     candidates = []
     for priority in due.order_by().values_list("priority", flat=True).distinct():
-        candidates += due.filter(priority=priority).order_by("due_at", "pk").values_list(*fields)[
-            :limit
-        ]
+        earliest = locked.filter(priority=priority).order_by("due_at", "pk")
+        candidates += earliest.values_list(*fields)[:limit]
     candidates.sort(key=rank_key(aging_step(), now))
     return [(pk, fence, reason) for pk, _, _, fence, reason in candidates[:limit]]

@@ -7,6 +7,7 @@ import inspect
 import json
 from typing import Any
 
+from asgiref.sync import async_to_sync
 from django.core.serializers.json import DjangoJSONEncoder
 
 from ..context import RunContext
@@ -21,14 +22,16 @@ CANCEL_POLL = 0.05
 
 
 def call(job: Job, ctx: RunContext, payload: dict) -> Any:
-    """Call the handler; await it in this thread's own event loop if it is async.
+    """Call the handler; await it if it is async, as Django runs async code from sync code.
 
-    Setting ``ctx.cancelled`` (cancel, timeout, shutdown, lost run) cancels an async handler's
-    task, which raises ``CancelledError`` at its next ``await``.
+    ``async_to_sync`` runs it in an event loop while this worker thread serves the handler's
+    ``sync_to_async`` calls, so its database work uses this thread's connections (closed with the
+    thread's). Setting ``ctx.cancelled`` (cancel, timeout, shutdown, lost run) cancels its task,
+    which raises ``CancelledError`` at its next ``await``.
     """
     result = job.invoke(ctx, payload)
     if inspect.isawaitable(result):
-        return asyncio.run(_until_cancelled(result, ctx))
+        return async_to_sync(_until_cancelled)(result, ctx)
     if inspect.isgenerator(result) or inspect.isasyncgen(result):
         raise TypeError(f"job {job.name!r}: a handler must return, not yield")
     return result

@@ -116,8 +116,9 @@ def test_a_node_whose_clock_is_wrong_does_no_harm_as_a_would_be_leader(start_sch
     assert not WorkerNode.objects.filter(node_id__in=set(normal) - {leader},
                                          status=NodeStatus.DEAD).exists()  # fmt: skip
     run.refresh_from_db()
-    assert run.state == RunState.SUCCEEDED and run.attempt <= 2
-    if run.node != leader:
+    first_owner = run.events.filter(kind="started").order_by("at", "pk").first().node
+    assert run.state == RunState.SUCCEEDED
+    if first_owner != leader:  # only the run of the killed leader may be taken over
         assert run.attempt == 1, "a live lease was reaped"
     future = JobRun.objects.filter(state=RunState.MISSED, scheduled_at__gt=killed)
     assert not future.exists(), "missed rows recorded ahead of the other nodes' time"
