@@ -76,7 +76,7 @@ def definition_errors(
             hint = "pass a mapping of column names to values"
             return [ImproperlyDeclared(name, "definition", values, hint)]
         given = {column: values[column] for column in COLUMNS if column in values}
-        found = _columns(name, given) + _schedule(name, given) + _breaker(name, given)
+        found = _columns(name, given) + _schedule(name, given)
         found += _payload(name, given, handler)
     except Exception as exc:  # a mapping that fails when read: say so, never raise
         return [ImproperlyDeclared(name, "definition", values, f"it cannot be read ({exc!r})")]
@@ -196,13 +196,6 @@ def _schedule(name: str, given: dict[str, Any]) -> list[ImproperlyDeclared]:
         if column in given and not columns.RULES[column](value) and (hint := _apply(rule, value)):
             found.append(ImproperlyDeclared(name, column, value, hint))
     return found
-
-
-def _breaker(name: str, given: dict[str, Any]) -> list[ImproperlyDeclared]:
-    if not given.get("breaker_threshold") or given.get("breaker_cooldown", 0) is not None:
-        return []
-    hint = "a circuit breaker needs a cooldown: how long the job stays paused once it opens"
-    return [ImproperlyDeclared(name, "breaker_cooldown", None, hint)]
 
 
 def _payload(name: str, given: dict[str, Any], handler: Job | None) -> list[ImproperlyDeclared]:
