@@ -70,7 +70,6 @@ def add_job(client, **overrides: object):
      ({"max_concurrency": "0"}, "max_concurrency", "1 or more"),
      ({"breaker_threshold": "0", "breaker_cooldown": "00:05:00"}, "breaker_threshold",
       "1 or more"),
-     ({"breaker_threshold": "3", "breaker_cooldown": ""}, "breaker_cooldown", "cooldown"),
      ({"timeout": "00:00:00"}, "timeout", "positive"),
      ({"timeout": "-00:00:05"}, "timeout", "positive"),
      ({"breaker_threshold": "3", "breaker_cooldown": "-1 00:00:00"}, "breaker_cooldown",
@@ -117,6 +116,14 @@ def test_the_job_form_accepts_every_bound(admin_client):
     assert response.status_code == 302, response.context["adminform"].form.errors
     job = JobDefinition.objects.get(name="nightly")
     assert (job.interval, job.priority) == (timedelta(days=3660), 100)
+
+
+def test_the_job_form_takes_a_breaker_threshold_alone_which_pauses_for_five_minutes(admin_client):
+    """As with @job, a threshold without a cooldown is usable (the breaker pauses for 5 min)."""
+    response = add_job(admin_client, breaker_threshold="3", breaker_cooldown="")
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    job = JobDefinition.objects.get(name="nightly")
+    assert (job.breaker_threshold, job.breaker_cooldown) == (3, None)
 
 
 # -- item 5: an orphaned code job is shown and deletable -------------------------------------------
