@@ -2,7 +2,7 @@
 
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/benchdb python bench/claims.py
 
-Runs the vendor's native path and the portable ORM path through ``coordinator.claim`` on one
+Runs the vendor's native path and the portable ORM path through ``ledger.vendor.claim`` on one
 connection, and for comparison a raw ``INSERT … ON CONFLICT DO NOTHING`` into a scratch table.
 """
 
@@ -64,10 +64,10 @@ class Claimer:
     def __init__(self, kind: str, job_ids: list[int]) -> None:
         from django.utils import timezone
 
-        from django_cluster_jobs.coordination import get_coordinator
+        from django_cluster_jobs.ledger import get_ledger
 
         self.kind = kind
-        self.coordinator = get_coordinator(kind=None if kind == "native" else "orm")
+        self.ledger = get_ledger(kind=None if kind == "native" else "orm")
         self.job_ids = job_ids
         self.now = timezone.now()
         self.lease_until = self.now + timedelta(seconds=30)
@@ -89,7 +89,7 @@ class Claimer:
         from django_cluster_jobs.models import JobRun
 
         started = time.perf_counter()
-        won = self.coordinator.claim(claims, "bench", self.now, self.lease_until)
+        won = self.ledger.vendor.claim(claims, "bench", self.now, self.lease_until)
         seconds = time.perf_counter() - started
         if won:
             JobRun.objects.filter(state="running").update(state="succeeded", finished_at=self.now)
@@ -183,7 +183,7 @@ def split_call(claimer: Claimer, size: int) -> dict[str, float]:
     claims = claimer.claims(size)
     started = time.perf_counter()
     with transaction.atomic():
-        claimer.coordinator.claim(claims, "bench", claimer.now, claimer.lease_until)
+        claimer.ledger.vendor.claim(claims, "bench", claimer.now, claimer.lease_until)
         statement = time.perf_counter()
         with connection.cursor() as cursor:
             cursor.execute("SET CONSTRAINTS ALL IMMEDIATE")
@@ -208,7 +208,7 @@ def captured_claim(claimer: Claimer, size: int) -> tuple[str, list]:
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(capture), transaction.atomic():
-        claimer.coordinator.claim(claimer.claims(size), "bench", claimer.now, claimer.lease_until)
+        claimer.ledger.vendor.claim(claimer.claims(size), "bench", claimer.now, claimer.lease_until)
         transaction.set_rollback(True)
     return sent[-1]
 
@@ -224,7 +224,7 @@ def main() -> None:
     common.setup()
     from django.db import connection
 
-    common.header("claims.py", "claim latency through coordinator.claim on one connection")
+    common.header("claims.py", "claim latency through ledger.vendor.claim on one connection")
     job_ids = target_jobs(max(BATCHES))
     rows = [row(f"raw INSERT … ON CONFLICT, {k}", v) for k, v in raw_inserts(args.single).items()]
     for kind in args.paths.split(","):

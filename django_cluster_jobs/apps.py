@@ -10,6 +10,13 @@ class ClusterJobsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
 
     def ready(self) -> None:
-        from . import checks, signals  # noqa: F401  (registers checks and signal handlers)
+        from django.db.models.signals import post_delete
 
+        from . import checks, signals  # noqa: F401  (registers checks and signal handlers)
+        from .ledger.changes import definition_deleted
+        from .models import JobDefinition
+
+        post_delete.connect(
+            definition_deleted, sender=JobDefinition, dispatch_uid="cluster_jobs_definitions"
+        )
         autodiscover_modules("jobs")

@@ -11,6 +11,21 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
+from .choices import (
+    BackoffKind,
+    Delivery,
+    Executor,
+    Misfire,
+    Overlap,
+    Placement,
+    ScheduleKind,
+    Source,
+)
+
+#: How long a circuit breaker pauses its job when a threshold is set without a cooldown (at
+#: every door: the decorator, the admin, the API and stored rows).
+DEFAULT_COOLDOWN = timedelta(minutes=5)
+
 #: Django Tasks' priority range; a larger priority runs sooner.
 PRIORITY_MIN = -100
 PRIORITY_MAX = 100
@@ -59,15 +74,13 @@ LATEST_RUN_AT = datetime(9000, 1, 1, tzinfo=UTC)
 #: How deeply lists and objects may nest in a payload.
 PAYLOAD_DEPTH_MAX = 32
 
-#: The choices of the policy columns (the models' TextChoices hold the same values).
-SCHEDULE_KINDS = ("cron", "every", "delay", "startup", "on_demand")
-#: The kinds whose runs fire on their own, with the definition's payload alone.
-SELF_FIRING = ("cron", "every", "delay", "startup")
-SOURCES = ("code", "database")
-PLACEMENTS = ("cluster", "every_node")
-DELIVERIES = ("at_least_once", "at_most_once")
-OVERLAPS = ("skip", "allow", "buffer_one", "cancel_other")
-MISFIRES = ("fire_once", "skip", "run_all")
-EXECUTORS = ("thread", "process")
-BACKOFF_KINDS = ("fixed", "exponential", "exponential_jitter")
+#: The choices of the policy columns, from their one source (choices.py).
+SCHEDULE_KINDS = tuple(ScheduleKind.values)
+SOURCES = tuple(Source.values)
+PLACEMENTS = tuple(Placement.values)
+DELIVERIES = tuple(Delivery.values)
+OVERLAPS = tuple(Overlap.values)
+MISFIRES = tuple(Misfire.values)
+EXECUTORS = tuple(Executor.values)
+BACKOFF_KINDS = tuple(BackoffKind.values)
 BACKOFF_KEYS = ("kind", "base", "factor", "cap")

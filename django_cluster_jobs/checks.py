@@ -12,6 +12,7 @@ from django.db import connections
 from django.utils.module_loading import import_string
 
 from .conf import Defaults, app_settings
+from .coordination import vendor_of
 from .exceptions import ImproperlyConfigured, shown
 
 SETTINGS_HINT = "Fix the CLUSTER_JOBS setting."
@@ -50,7 +51,7 @@ def _tags(value: object) -> bool:
 SECONDS = "a positive number of seconds"
 
 #: What each CLUSTER_JOBS value must be: key -> (test, description used in the message).
-#: DATABASE and COORDINATION are checked by building the coordinator.
+#: DATABASE and COORDINATION are checked by building the vendor.
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "NODE_ID": (lambda v: v is None or (isinstance(v, str) and v != ""), "None or a non-empty str"),
     "NODE_TAGS": (_tags, "a list or tuple of str"),
@@ -95,10 +96,10 @@ def _value_errors() -> list[checks.CheckMessage]:
 
 
 def _coordination_errors() -> list[checks.CheckMessage]:
-    from .coordination import get_coordinator
+    from .coordination import get_vendor
 
     try:
-        get_coordinator()
+        get_vendor()
     except ImproperlyConfigured as exc:
         return [checks.Error(str(exc), hint=SETTINGS_HINT, id="cluster_jobs.E001")]
     except Exception as exc:  # an unknown DATABASE alias, for instance
@@ -126,7 +127,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 def _uses_sqlite_claims() -> bool:
     try:
         alias, kind = app_settings.DATABASE, app_settings.COORDINATION
-        vendor = connections[alias].vendor
+        vendor = vendor_of(alias)
     except Exception:  # broken settings are cluster_jobs.E001's to report
         return False
     return vendor == "sqlite" and kind in ("auto", "sqlite")
@@ -185,7 +186,7 @@ def check_sqlite_transactions(app_configs: Any = None, **kwargs: Any) -> list[ch
     except Exception:  # broken settings are cluster_jobs.E001's to report
         return []
     mode = (connection.settings_dict.get("OPTIONS") or {}).get("transaction_mode")
-    if connection.vendor != "sqlite" or str(mode).upper() == "IMMEDIATE":
+    if vendor_of(alias) != "sqlite" or str(mode).upper() == "IMMEDIATE":
         return []
     return [
         checks.Error(

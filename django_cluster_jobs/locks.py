@@ -18,7 +18,7 @@ from .conf import app_settings
 from .exceptions import LockLost, LockNotAcquired
 
 if TYPE_CHECKING:
-    from .coordination.leases import Held
+    from .ledger.leases import Held
 
 logger = logging.getLogger(__name__)
 
@@ -82,7 +82,7 @@ def cluster_lock(
         stop.set()
         renewer.join(timeout=ttl)
         with contextlib.suppress(DatabaseError):
-            from .coordination import leases
+            from .ledger import leases
 
             leases.release(using, held)
     if handle.is_lost:
@@ -90,7 +90,7 @@ def cluster_lock(
 
 
 def _acquire(using: str, name: str, holder: str, token: str, ttl: float, timeout: float) -> Held:
-    from .coordination import leases
+    from .ledger import leases
 
     deadline = time.monotonic() + timeout
     while True:
@@ -103,7 +103,7 @@ def _acquire(using: str, name: str, holder: str, token: str, ttl: float, timeout
 
 
 def _renew(using: str, held: Held, ttl: float, stop: threading.Event, handle: LockHandle) -> None:
-    from .coordination import leases
+    from .ledger import leases
 
     expires_at = held.expires_at
     try:

@@ -2,50 +2,15 @@
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
 from . import schedules
+from .choices import Delivery, Misfire, Outcome, Overlap, Placement, ScheduleKind, Source
 from .exceptions import ClusterJobsError
-
-
-class ScheduleKind(models.TextChoices):
-    CRON = "cron", _("cron")
-    EVERY = "every", _("fixed rate")
-    DELAY = "delay", _("fixed delay")
-    STARTUP = "startup", _("at startup")
-    ON_DEMAND = "on_demand", _("on demand")
-
-
-class Placement(models.TextChoices):
-    CLUSTER = "cluster", _("once in the cluster")
-    EVERY_NODE = "every_node", _("on every node")
-
-
-class Delivery(models.TextChoices):
-    AT_LEAST_ONCE = "at_least_once", _("at least once")
-    AT_MOST_ONCE = "at_most_once", _("at most once")
-
-
-class Overlap(models.TextChoices):
-    SKIP = "skip", _("skip")
-    ALLOW = "allow", _("allow")
-    BUFFER_ONE = "buffer_one", _("buffer one")
-    CANCEL_OTHER = "cancel_other", _("cancel the running one")
-
-
-class Misfire(models.TextChoices):
-    FIRE_ONCE = "fire_once", _("fire once now")
-    SKIP = "skip", _("skip all")
-    RUN_ALL = "run_all", _("run every missed one")
-
-
-class Source(models.TextChoices):
-    CODE = "code", _("code")
-    DATABASE = "database", _("database")
 
 
 class JobDefinitionQuerySet(models.QuerySet):
@@ -174,19 +139,18 @@ class RunState(models.TextChoices):
 
 
 LIVE_STATES = (RunState.PENDING, RunState.RUNNING)
+#: ``due_at`` of a buffered run (overlap ``buffer_one``) until the live one ends.
+PARKED = datetime(9999, 12, 31, tzinfo=UTC)
 
 
-class Outcome(models.TextChoices):
-    WON = "won", _("won the claim")
-    EVERY_NODE = "every_node", _("every node")
-    STARTUP = "startup", _("at startup")
-    MANUAL = "manual", _("manual")
-    ENQUEUED = "enqueued", _("enqueued")
-    EXTERNAL = "external", _("external trigger")
-    CATCH_UP = "catch_up", _("catch-up")
-    MISSED = "missed", _("missed")
-    RETRY = "retry", _("retry")
-    REPLAY = "replay", _("replay")
+class Cause(models.TextChoices):
+    """Why a run is pending again: a code the take reads back, never parsed from the reason."""
+
+    FIRST = "", _("first attempt")
+    RETRY = "retry", _("retry after a failed attempt")
+    LEASE_EXPIRED = "lease_expired", _("its node's lease expired")
+    HANDED_BACK = "handed_back", _("handed back by a stopping node")
+    BUFFERED = "buffered", _("buffered behind a live run")
 
 
 class JobRunQuerySet(models.QuerySet):
@@ -223,6 +187,13 @@ class JobRun(models.Model):
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
     reason = models.CharField(max_length=200, blank=True)
+    cause = models.CharField(
+        max_length=16,
+        choices=Cause.choices,
+        blank=True,
+        default=Cause.FIRST,
+        help_text=_("Why the run is pending again (the reason says it in words)."),
+    )
     cancel_requested = models.BooleanField(default=False)
     #: The job's id on scheduled runs of jobs that allow no overlap; a partial unique index on
     #: live runs then lets at most one such run be pending or running in the whole cluster.
@@ -349,6 +320,27 @@ class WorkerNode(models.Model):
 
     def __str__(self) -> str:
         return self.node_id
+
+
+#: The name of the leader's lease.
+LEADER_LEASE = "leader"
+#: The counter of changes to job definitions (see Counter).
+DEFINITIONS = "definitions"
+
+
+class Counter(models.Model):
+    """A named counter of the ledger. ``definitions`` goes up with every change to a job
+    definition (saved or deleted), in the change's transaction, so a node learns of a change
+    from one value its heartbeat statement reads instead of scanning the definitions."""
+
+    name = models.CharField(max_length=100, primary_key=True)
+    value = models.BigIntegerField(default=0)
+
+    class Meta:
+        verbose_name = _("counter")
+
+    def __str__(self) -> str:
+        return f"{self.name}={self.value}"
 
 
 class Lease(models.Model):

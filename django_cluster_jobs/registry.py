@@ -11,7 +11,8 @@ from typing import Any, overload
 
 from django.apps import apps
 
-from . import columns, payloads, schedules, validation
+from . import bounds, columns, payloads, schedules, validation
+from .choices import Delivery, Executor, Misfire, Overlap, Placement
 from .context import RunContext
 from .exceptions import DuplicateJob, ImproperlyDeclared, RegistryNotReady, UnknownJob
 
@@ -21,8 +22,6 @@ COLUMN_OPTIONS = (
     "max_attempts", "backoff", "breaker_threshold", "breaker_cooldown", "timeout", "executor",
     "priority", "queue", "max_concurrency", "requires", "payload", "enabled",
 )  # fmt: skip
-#: A breaker declared without a cooldown pauses its job this long.
-DEFAULT_COOLDOWN = timedelta(minutes=5)
 
 
 @dataclass(frozen=True)
@@ -32,10 +31,10 @@ class Job:
     name: str
     func: Callable[..., Any]
     schedule: schedules.Schedule
-    placement: str = "cluster"
-    delivery: str = "at_least_once"
-    overlap: str = "skip"
-    misfire: str = "fire_once"
+    placement: str = Placement.CLUSTER
+    delivery: str = Delivery.AT_LEAST_ONCE
+    overlap: str = Overlap.SKIP
+    misfire: str = Misfire.FIRE_ONCE
     catch_up_window: timedelta | None = None
     catch_up_limit: int = 10
     max_attempts: int = 1
@@ -44,7 +43,7 @@ class Job:
     breaker_threshold: int | None = None
     breaker_cooldown: timedelta | None = None
     timeout: timedelta | None = None
-    executor: str = "thread"
+    executor: str = Executor.THREAD
     priority: int = 0
     queue: str = "default"
     max_concurrency: int | None = None
@@ -292,7 +291,7 @@ def _fill_defaults(options: dict[str, Any]) -> None:
         if options[key] is None:
             options[key] = empty
     if options["breaker_threshold"] and options["breaker_cooldown"] is None:
-        options["breaker_cooldown"] = DEFAULT_COOLDOWN
+        options["breaker_cooldown"] = bounds.DEFAULT_COOLDOWN
 
 
 def _check_columns(
@@ -337,10 +336,10 @@ def job(
     delay: timedelta | None = None,
     startup: bool = False,
     schedule: schedules.Schedule | None = None,
-    placement: str = "cluster",
-    delivery: str = "at_least_once",
-    overlap: str = "skip",
-    misfire: str = "fire_once",
+    placement: str = Placement.CLUSTER,
+    delivery: str = Delivery.AT_LEAST_ONCE,
+    overlap: str = Overlap.SKIP,
+    misfire: str = Misfire.FIRE_ONCE,
     catch_up_window: timedelta | None = None,
     catch_up_limit: int = 10,
     max_attempts: int = 1,
@@ -349,7 +348,7 @@ def job(
     breaker_threshold: int | None = None,
     breaker_cooldown: timedelta | None = None,
     timeout: timedelta | None = None,
-    executor: str = "thread",
+    executor: str = Executor.THREAD,
     priority: int = 0,
     queue: str = "default",
     max_concurrency: int | None = None,
@@ -367,10 +366,10 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         "delay": None,
         "startup": False,
         "schedule": None,
-        "placement": "cluster",
-        "delivery": "at_least_once",
-        "overlap": "skip",
-        "misfire": "fire_once",
+        "placement": Placement.CLUSTER,
+        "delivery": Delivery.AT_LEAST_ONCE,
+        "overlap": Overlap.SKIP,
+        "misfire": Misfire.FIRE_ONCE,
         "catch_up_window": None,
         "catch_up_limit": 10,
         "max_attempts": 1,
@@ -379,7 +378,7 @@ def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
         "breaker_threshold": None,
         "breaker_cooldown": None,
         "timeout": None,
-        "executor": "thread",
+        "executor": Executor.THREAD,
         "priority": 0,
         "queue": "default",
         "max_concurrency": None,

@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
 from .conf import app_settings
-from .coordination import get_coordinator
+from .coordination import get_vendor
 from .models import (
     ClusterEvent,
     ClusterEventKind,
@@ -55,7 +55,7 @@ def cluster_now(using: str | None = None) -> datetime:
     Callers of these services (a web process, a shell) are not nodes and do not measure their
     clock's offset, so a due time taken from their own clock would be as wrong as that clock.
     """
-    return get_coordinator(using or app_settings.DATABASE).db_now()
+    return get_vendor(using or app_settings.DATABASE).db_now()
 
 
 def _definition_and_now(name: str, using: str) -> tuple[JobDefinition, datetime]:
@@ -124,7 +124,7 @@ def get_or_enqueue(
         "created_at": now,
         "reason": _asked_by(outcome, by),
     }
-    notify = get_coordinator(using).notify_pending
+    notify = get_vendor(using).notify_pending
     if not key:  # a fresh random key cannot exist yet: one INSERT, no look-up, no savepoint
         run = JobRun.objects.using(using).create(job=definition, key=run_key, **fields)
         transaction.on_commit(notify, using=using)
@@ -290,7 +290,7 @@ def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
         at=now,
         reason=f"replayed as run {fresh.pk}",
     )
-    transaction.on_commit(get_coordinator(using).notify_pending, using=using)
+    transaction.on_commit(get_vendor(using).notify_pending, using=using)
     return fresh
 
 

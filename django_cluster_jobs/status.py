@@ -24,15 +24,21 @@ from typing import Any
 
 from cron_descriptor import Options, get_description
 from django.db.models import Count, F, OuterRef, QuerySet, Subquery
-from django.utils import timezone
 
 from .conf import app_settings
-from .coordination import get_coordinator
-from .models import JobDefinition, JobRun, Lease, NodeStatus, RunState, ScheduleKind, WorkerNode
+from .coordination import get_vendor
+from .models import (
+    LEADER_LEASE,
+    JobDefinition,
+    JobRun,
+    Lease,
+    NodeStatus,
+    RunState,
+    ScheduleKind,
+    WorkerNode,
+)
 from .validation import row_errors
 
-#: Name of the leader lease (engine.leader.LEADER; not imported, to keep this module light).
-LEADER = "leader"
 FAILURE_STATES = (RunState.FAILED, RunState.TIMED_OUT, RunState.LOST, RunState.DEAD)
 RUN_FIELDS = ("pk", "key", "state", "scheduled_at", "started_at", "finished_at", "node", "error")
 
@@ -75,7 +81,7 @@ def build_status(
 ) -> dict[str, Any]:
     """Return the status report (see the module docstring for its keys)."""
     alias = using or app_settings.DATABASE
-    now = now or get_coordinator(alias).db_now() or timezone.now()
+    now = now or get_vendor(alias).db_now()
     nodes = _nodes(alias, now)
     dead_after = app_settings.DEAD_AFTER
     return {
@@ -124,7 +130,7 @@ def _nodes(alias: str, now: datetime) -> list[dict[str, Any]]:
 def _leader(alias: str, now: datetime) -> dict[str, Any] | None:
     lease = (
         Lease.objects.using(alias)
-        .filter(name=LEADER, expires_at__gt=now)
+        .filter(name=LEADER_LEASE, expires_at__gt=now)
         .exclude(holder="")
         .first()
     )

@@ -34,11 +34,11 @@ from .bounds import (
     PRIORITY_MAX,
     PRIORITY_MIN,
     QUEUE_MAX_LENGTH,
-    SELF_FIRING,
     TAG_MAX_LENGTH,
     TAGS_MAX,
     TIMEZONE_MAX_LENGTH,
 )
+from .choices import SELF_FIRING
 from .exceptions import ImproperlyDeclared, InvalidPayload, shown
 
 if TYPE_CHECKING:

@@ -57,7 +57,7 @@ run_pytest() {
     return "$rc"
 }
 
-say "Static checks: ruff, Django system checks, missing migrations (tests.settings)"
+say "Static checks: ruff, import contracts, Django system checks, missing migrations"
 static_ok=1
 static() {
     env -u DATABASE_URL DJANGO_SETTINGS_MODULE=tests.settings "$@" || {
@@ -66,6 +66,7 @@ static() {
     }
 }
 static "$VENV/bin/ruff" check .
+static "$VENV/bin/lint-imports"
 static "$py" -m django check --fail-level WARNING
 static "$py" -m django makemigrations --check --dry-run
 

@@ -16,13 +16,13 @@ def claim_in_process(
     django.setup()
     from django.db import connections
 
-    from django_cluster_jobs.coordination import Claim, get_coordinator
+    from django_cluster_jobs.coordination import Claim, get_vendor
 
-    coordinator = get_coordinator(kind=kind)
+    vendor = get_vendor(kind=kind)
     now = datetime.now(UTC)
     claims = [Claim(job_id, key, now) for key in keys]
     connections["default"].ensure_connection()
     start.wait(30)  # type: ignore[attr-defined]
-    won = coordinator.claim(claims, node, now, now + timedelta(seconds=30))
+    won = vendor.claim(claims, node, now, now + timedelta(seconds=30))
     out.put((node, sorted(w.key for w in won)))  # type: ignore[attr-defined]
     connections.close_all()

@@ -1,4 +1,4 @@
-"""Shared fixtures: coordinators for every path, and real scheduler subprocesses with deadlines."""
+"""Shared fixtures: ledgers on every path, and real scheduler subprocesses with deadlines."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from django.db import connection
 
-from django_cluster_jobs.coordination import get_coordinator
+from django_cluster_jobs.ledger import get_ledger
 
 #: Fixtures shared by the API test modules.
 pytest_plugins = ["tests.api_fixtures"]
@@ -37,9 +37,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(params=["native", "orm"])
-def coordinator(request: pytest.FixtureRequest):
+def ledger(request: pytest.FixtureRequest):
     """The vendor's fast path and the portable ORM path: both must pass the same contract."""
-    return get_coordinator(kind="auto" if request.param == "native" else "orm")
+    return get_ledger(kind="auto" if request.param == "native" else "orm")
 
 
 def database_url() -> str:

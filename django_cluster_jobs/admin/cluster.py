@@ -23,8 +23,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from .. import services
-from ..engine.leader import LEADER
-from ..models import ClusterEvent, JobRun, Lease, NodeStatus, RunState, WorkerNode
+from ..models import LEADER_LEASE, ClusterEvent, JobRun, Lease, NodeStatus, RunState, WorkerNode
 from ..permissions import ADMIN, actor
 from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, ledger
 from .runs import NodeFilter
@@ -38,7 +37,7 @@ def _held() -> Q:
 
 def current_leader() -> Lease | None:
     """Return the leader lease while some node holds it (one query), else None."""
-    return ledger(Lease).filter(_held(), name=LEADER).exclude(holder="").first()
+    return ledger(Lease).filter(_held(), name=LEADER_LEASE).exclude(holder="").first()
 
 
 @admin.register(WorkerNode)
@@ -68,7 +67,7 @@ class WorkerNodeAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, 
     def get_queryset(self, request):
         running = JobRun.objects.filter(node=OuterRef("node_id"), state=RunState.RUNNING)
         count = running.order_by().values("node").annotate(n=Count("pk")).values("n")[:1]
-        lease = Lease.objects.filter(_held(), name=LEADER, holder=OuterRef("node_id"))
+        lease = Lease.objects.filter(_held(), name=LEADER_LEASE, holder=OuterRef("node_id"))
         # Heartbeats are stamped on the database's clock, so their age is measured there too.
         age = ExpressionWrapper(Now() - F("last_heartbeat"), output_field=DurationField())
         return (

@@ -16,7 +16,6 @@ from typing import Any, TypeVar
 from django.db.models import Count, Model, OuterRef, Subquery
 from django.db.models.functions import Now
 from django.http import Http404
-from django.utils import timezone
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import action
@@ -28,12 +27,20 @@ from rest_framework.viewsets import ReadOnlyModelViewSet
 
 from .. import services
 from ..conf import app_settings
-from ..coordination import get_coordinator
 from ..exceptions import ImproperlyDeclared, UnknownJob
-from ..models import LIVE_STATES, JobDefinition, JobRun, Lease, NodeStatus, RunState, WorkerNode
+from ..models import (
+    LEADER_LEASE,
+    LIVE_STATES,
+    JobDefinition,
+    JobRun,
+    Lease,
+    NodeStatus,
+    RunState,
+    WorkerNode,
+)
 from ..permissions import API, actor, can_view
 from ..registry import registry
-from ..status import LEADER, build_status
+from ..status import build_status
 from . import answers
 from . import schema as doc
 from . import serializers as api
@@ -83,7 +90,7 @@ class ClusterView:
     def cluster_now(self) -> datetime:
         """Return the database's time (cluster time), once per request."""
         if not hasattr(self, "_now"):
-            self._now = get_coordinator(app_settings.DATABASE).db_now() or timezone.now()
+            self._now = services.cluster_now()
         return self._now
 
     def get_serializer_context(self) -> dict[str, Any]:
@@ -289,7 +296,8 @@ class LeaderView(ClusterView, APIView):
     viewed_models = (Lease,)
 
     def get(self, request) -> Response:
-        lease = ledger(Lease).filter(name=LEADER, expires_at__gt=Now()).exclude(holder="").first()
+        held_now = ledger(Lease).filter(name=LEADER_LEASE, expires_at__gt=Now())
+        lease = held_now.exclude(holder="").first()
         held = {
             "holder": lease.holder if lease else None,
             "since": lease.acquired_at if lease else None,

@@ -1,33 +1,50 @@
-"""The portable path: ORM get_or_create per claim; the reference the fast paths must agree with."""
+"""The portable vendor: plain ORM on any database Django supports; the reference the fast paths
+must agree with (the contract tests run against both)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
+from typing import ClassVar
 
 from django.db import DatabaseError, IntegrityError, transaction
+from django.db.models import F, Q, QuerySet
+from django.db.models.functions import Now
 
-from ..models import EventKind, JobRun, RunEvent, RunState
-from .base import (
-    Claim,
-    Coordinator,
-    Won,
-    enabled_job_ids,
-    is_lock_timeout,
-    slot_refused,
-    takes_lane,
+from ..models import (
+    DEFINITIONS,
+    Counter,
+    EventKind,
+    JobDefinition,
+    JobRun,
+    Lease,
+    RunEvent,
+    RunState,
+    WorkerNode,
 )
+from ..policies.overlap import takes_lane
+from .base import Features, Vendor, is_lock_timeout, lease_row
+from .pending import pick, taken_kind, won_of
+from .types import Claim, Heartbeat, NodeStats, Won
 
 
-class ORMCoordinator(Coordinator):
-    """Works on any database Django supports: one get_or_create per claim."""
+class ORMVendor(Vendor):
+    """One ``get_or_create`` per claim, compare-and-set updates, locks by ``select_for_update``
+    where the database has them and a no-op write (its write lock) where it does not."""
 
-    vendor = "orm"
+    name = "orm"
+    features: ClassVar[Features] = Features()
+
+    @property
+    def row_locks(self) -> bool:
+        return bool(self.connection.features.has_select_for_update)
+
+    # -- claims -------------------------------------------------------------------------------
 
     def claim(
         self, claims: Sequence[Claim], node: str, now: datetime, lease_until: datetime
     ) -> list[Won]:
-        allowed = enabled_job_ids(self.alias, {c.job_id for c in claims}, now)
+        allowed = open_jobs(self.alias, {c.job_id for c in claims}, now)
         results = (
             self._claim_one(c, node, now, lease_until, takes_lane(allowed[c.job_id], c.outcome))
             for c in claims
@@ -67,3 +84,132 @@ class ORMCoordinator(Coordinator):
                 return None
             raise
         return Won(run.pk, claim.job_id, claim.key, run.fence, run.attempt) if created else None
+
+    # -- heartbeats ---------------------------------------------------------------------------
+
+    def heartbeat(
+        self,
+        node: str,
+        now: datetime,
+        lease_until: datetime,
+        stats: NodeStats,
+        runs: Collection[tuple[int, int]] = (),
+    ) -> Heartbeat:
+        with transaction.atomic(using=self.alias):
+            nodes = WorkerNode.objects.using(self.alias).filter(node_id=node)
+            nodes.update(last_heartbeat=now, **stats.fields())
+            mine = JobRun.objects.using(self.alias).filter(
+                owned_by(runs), node=node, state=RunState.RUNNING
+            )
+            mine.update(lease_expires_at=lease_until)
+            owned = list(mine.values_list("pk", "cancel_requested"))
+            status = nodes.values_list("status", flat=True).first()
+            counters = Counter.objects.using(self.alias).filter(name=DEFINITIONS)
+            definitions = counters.values_list("value", flat=True).first()
+        return Heartbeat(
+            status or "",
+            frozenset(p for p, _ in owned),
+            frozenset(p for p, c in owned if c),
+            definitions=definitions,
+        )
+
+    # -- pending runs -------------------------------------------------------------------------
+
+    def take_pending(
+        self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
+    ) -> list[Won]:
+        if not job_ids or limit < 1:
+            return []
+        skip = bool(self.connection.features.has_select_for_update_skip_locked)
+        with transaction.atomic(using=self.alias):
+            due = JobRun.objects.using(self.alias).due(now).filter(job_id__in=job_ids)
+            taken = []
+            for pk, fence, cause, reason in pick(due, limit, now, skip_locked=skip):
+                if self._take(pk, fence, (cause, reason), node, now, lease_until):
+                    taken.append(won_of(JobRun.objects.using(self.alias).get(pk=pk)))
+        return taken
+
+    def _take(
+        self,
+        pk: int,
+        fence: int,
+        why: tuple[str, str],
+        node: str,
+        now: datetime,
+        lease_until: datetime,
+    ) -> bool:
+        updated = (
+            JobRun.objects.using(self.alias)
+            .filter(pk=pk, fence=fence, state=RunState.PENDING)
+            .update(
+                state=RunState.RUNNING,
+                node=node,
+                fence=fence + 1,
+                lease_expires_at=lease_until,
+                started_at=now,
+            )
+        )
+        if updated:
+            cause, reason = why
+            RunEvent.objects.using(self.alias).create(
+                run_id=pk, kind=taken_kind(cause), node=node, fence=fence + 1, reason=reason, at=now
+            )
+        return bool(updated)
+
+    # -- locks and the clock ------------------------------------------------------------------
+
+    def lock_job(self, job_id: int) -> None:
+        jobs = JobDefinition.objects.using(self.alias).filter(pk=job_id)
+        if self.row_locks:
+            list(jobs.select_for_update().values_list("pk"))
+        else:  # SQLite and friends: a no-op write takes the database's write lock.
+            jobs.update(enabled=F("enabled"))
+
+    def lock_queue(self, queue: str) -> None:
+        name = f"queue:{queue}"
+        if not self._lock_row(lease_row(self.alias, name)):  # deleted meanwhile: lock a new one
+            self._lock_row(lease_row(self.alias, name, recheck=True))
+
+    def _lock_row(self, rows: QuerySet[Lease]) -> bool:
+        if self.row_locks:
+            return bool(list(rows.select_for_update().values_list("pk")))
+        return bool(rows.update(fence=F("fence")))
+
+    def db_now(self) -> datetime:
+        conn, now = self.connection, Now()
+        compiler = JobDefinition.objects.using(self.alias).query.get_compiler(self.alias)
+        sql, params = compiler.compile(now)
+        with conn.cursor() as cursor:
+            cursor.execute(f"SELECT {sql}{conn.features.bare_select_suffix}", params)
+            value = cursor.fetchone()[0]
+        for convert in conn.ops.get_db_converters(now) + now.get_db_converters(conn):
+            value = convert(value, now, conn)
+        return value
+
+
+def open_jobs(alias: str, job_ids: set[int], now: datetime) -> dict[int, JobDefinition]:
+    """Return the definitions among ``job_ids`` that are enabled and not paused at ``now``."""
+    rows = (
+        JobDefinition.objects.using(alias)
+        .filter(pk__in=job_ids, enabled=True)
+        .filter(Q(paused_until__isnull=True) | Q(paused_until__lte=now))
+    )
+    return {row.pk: row for row in rows}
+
+
+def slot_refused(definition: JobDefinition, claim: Claim) -> bool:
+    """True when ``claim`` is an occurrence the job's mark already settled, one planned from an
+    older revision of the definition, or one that falls in a pause; mirrors sql.SETTLED."""
+    if not claim.slot:
+        return False
+    paused = definition.paused_until is not None and claim.scheduled_at < definition.paused_until
+    stale = claim.revision != definition.revision
+    return paused or stale or claim.scheduled_at <= definition.settled_through
+
+
+def owned_by(runs: Collection[tuple[int, int]]) -> Q:
+    """Match exactly these (run id, fence) pairs; nothing when there are none."""
+    match = Q(pk__in=[])
+    for run_id, fence in runs:
+        match |= Q(pk=run_id, fence=fence)
+    return match

@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Collection, Iterator, Sequence
-from contextlib import contextmanager
-from datetime import datetime
-from typing import Any
+from collections.abc import Collection, Sequence
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any, ClassVar
 
 from django.db import transaction
 
 from ..models import WorkerNode
 from . import sql
-from .base import Claim, Coordinator, Heartbeat, NodeStats, Won, json_param
-from .pending import SQLPendingMixin
+from .base import Features, json_param
+from .orm import ORMVendor
+from .pending import BOUNDS, aging_step, take_native
+from .types import Claim, Heartbeat, NodeStats, Won
 
 #: First key of the two-int advisory lock space, so ours cannot collide with the application's
 #: single-bigint locks ("CJ" in ASCII).
@@ -42,12 +44,14 @@ def _record(c: Claim) -> dict[str, object]:
     }
 
 
-class PostgreSQLCoordinator(SQLPendingMixin, Coordinator):
-    """``INSERT … ON CONFLICT DO NOTHING RETURNING`` and ``pg_advisory_xact_lock``."""
+class PostgreSQLVendor(ORMVendor):
+    """``INSERT … ON CONFLICT DO NOTHING RETURNING``, one-statement heartbeats, ``FOR UPDATE SKIP
+    LOCKED`` takes, ``pg_advisory_xact_lock`` for gated claims, LISTEN/NOTIFY."""
 
-    vendor = "postgresql"
-    #: Nodes learn of new pending runs by LISTEN instead of polling.
-    listens = True
+    name = "postgresql"
+    features: ClassVar[Features] = Features(
+        listens=True, skip_locked=True, returning=True, no_key_locks=True
+    )
 
     def claim(
         self, claims: Sequence[Claim], node: str, now: datetime, lease_until: datetime
@@ -69,10 +73,19 @@ class PostgreSQLCoordinator(SQLPendingMixin, Coordinator):
             cursor.execute(query, params)
             return [Won(run_id, job_id, key) for run_id, job_id, key in cursor.fetchall()]
 
-    @contextmanager
-    def write_cursor(self) -> Iterator[Any]:
+    def take_pending(
+        self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
+    ) -> list[Won]:
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-            yield cursor
+            return take_native(cursor, self, node, job_ids, limit, now, lease_until)
+
+    def pending_order(self, now: datetime) -> tuple[str, list[Any]]:
+        """TAKE_PENDING's ORDER BY: the aging rank in exact numeric seconds."""
+        aging = aging_step()
+        if aging is None:
+            return sql.PRIORITY_ORDER, []
+        seconds = Decimal(aging // timedelta(microseconds=1)) / 1_000_000
+        return sql.PG_PENDING_ORDER.format(**BOUNDS), [seconds, now]
 
     def notify_pending(self) -> None:
         with self.connection.cursor() as cursor:
@@ -118,10 +131,11 @@ class PostgreSQLCoordinator(SQLPendingMixin, Coordinator):
         with conn.cursor() as cursor:
             cursor.execute(query, params)
             rows = cursor.fetchall()
-        owned = [(run_id, cancel) for _, run_id, cancel, _ in rows if run_id is not None]
+        owned = [(run_id, cancel) for _, run_id, cancel, _, _ in rows if run_id is not None]
         return Heartbeat(
             rows[0][0] or "",
             frozenset(r for r, _ in owned),
             frozenset(r for r, c in owned if c),
             db_time=rows[0][3],
+            definitions=rows[0][4],
         )

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from ..models import JobDefinition, JobRun, RunEvent
+from ..models import Counter, JobDefinition, JobRun, RunEvent
 
+COUNTER = Counter._meta.db_table
 RUN = JobRun._meta.db_table
 JOB = JobDefinition._meta.db_table
 EVENT = RunEvent._meta.db_table
 
-#: When a claimed run takes its job's lane (see CLAIM_INSERT); mirrored by base.takes_lane().
+#: When a claimed run takes its job's lane (see CLAIM_INSERT); mirrored by
+#: policies.overlap.takes_lane().
 LANED = (
     "d.overlap = 'skip' AND COALESCE(d.max_concurrency, 1) <= 1 AND d.placement = 'cluster' "
     "AND v.outcome IN ('won', 'catch_up', 'external')"
@@ -16,7 +18,7 @@ LANED = (
 
 #: When a claim of an occurrence of the schedule is refused because it is decided already (at or
 #: before the job's mark), was planned from an older revision of the definition, or falls in a
-#: pause (before paused_until), see CLAIM_INSERT; mirrored by base.slot_refused().
+#: pause (before paused_until), see CLAIM_INSERT; mirrored by coordination.orm.slot_refused().
 SETTLED = (
     "v.slot AND (v.scheduled_at <= d.settled_through OR v.revision <> d.revision"
     " OR (d.paused_until IS NOT NULL AND v.scheduled_at < d.paused_until))"
@@ -38,9 +40,9 @@ CLAIM_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
 CLAIM_INSERT = f"""
 INSERT INTO {RUN} (job_id, key, scheduled_at, due_at, state, outcome, attempt, node,
                    lease_expires_at, fence, priority, payload, error, traceback, reason,
-                   cancel_requested, lane, created_at, started_at)
+                   cause, cancel_requested, lane, created_at, started_at)
 SELECT v.job_id, v.key, v.scheduled_at, v.scheduled_at, 'running', v.outcome, 1, %s,
-       %s, 1, v.priority, v.payload, '', '', '', false,
+       %s, 1, v.priority, v.payload, '', '', '', '', false,
        CASE WHEN {LANED} THEN v.job_id END, %s, %s
 FROM v
 JOIN {JOB} AS d ON d.id = v.job_id AND d.enabled
@@ -56,7 +58,7 @@ CLAIM_VALUES = (
 )
 
 # The same rows as one JSON document (PostgreSQL), for large batches: a batch of 1000 is one
-# parameter instead of 6000 quoted into the text, and the text is the same for any size.
+# parameter instead of 8000 quoted into the text, and the text is the same for any size.
 # Parameters: a JSON array of objects with the eight keys below.
 CLAIM_RECORDS = """
 WITH v (job_id, key, scheduled_at, outcome, priority, payload, slot, revision) AS (
@@ -84,7 +86,7 @@ INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason) VALUES (%s, %s, 'cla
 """
 
 # PostgreSQL heartbeat: node row and every lease of its running runs in one round trip, with the
-# database's clock for the node's offset measurement.
+# database's clock for the node's offset measurement and the definitions counter.
 # Parameters: last_heartbeat, clock_offset_ms, claims_won, claims_lost, skipped, node,
 # lease_until, node, the ids of the runs the node executes and, in the same order, their fences.
 # A lease is renewed only under the fence the node holds.
@@ -99,8 +101,27 @@ WITH n AS (
       AND (id, fence) IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))
     RETURNING id, cancel_requested
 )
-SELECT (SELECT status FROM n), r.id, r.cancel_requested, clock_timestamp()
+SELECT (SELECT status FROM n), r.id, r.cancel_requested, clock_timestamp(),
+       (SELECT value FROM {COUNTER} WHERE name = 'definitions')
 FROM (SELECT 1) AS one LEFT JOIN r ON true
+"""
+
+# SQLite heartbeat: the node row, returning its status and the definitions counter, in one
+# statement (with no run to renew, the whole heartbeat). Parameters: last_heartbeat,
+# clock_offset_ms, claims_won, claims_lost, skipped, node.
+SQLITE_HEARTBEAT = f"""
+UPDATE {{node_table}} SET last_heartbeat = %s, clock_offset_ms = %s, claims_won = %s,
+                         claims_lost = %s, skipped = %s
+WHERE node_id = %s
+RETURNING status, (SELECT value FROM {COUNTER} WHERE name = 'definitions')
+"""
+
+# SQLite: renew the leases of the runs the node executes, each under its fence. Parameters:
+# lease_until, node, then (id, fence) of each run.
+SQLITE_RENEW = f"""
+UPDATE {RUN} SET lease_expires_at = %s
+WHERE node = %s AND state = 'running' AND (id, fence) IN (VALUES {{pairs}})
+RETURNING id, cancel_requested
 """
 
 # Take due pending runs in rank order (see *_PENDING_ORDER). {lock} is FOR UPDATE SKIP LOCKED on
@@ -137,10 +158,11 @@ SQLITE_PENDING_ORDER = (
 # Without aging (PRIORITY_AGING None or 0): strict priority order. No parameters.
 PRIORITY_ORDER = "priority DESC, due_at, id"
 
-# The timeline entry of each run just taken: a takeover when its previous owner went away.
+# The timeline entry of each run just taken: a takeover when its previous owner went away (its
+# cause, a code: see pending.taken_kind).
 TAKEN_EVENTS = f"""
 INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
-SELECT id, %s, CASE WHEN reason LIKE 'lease expired%%' OR reason LIKE 'handed back%%'
+SELECT id, %s, CASE WHEN cause IN ('lease_expired', 'handed_back')
                     THEN 'taken_over' ELSE 'started' END, node, fence, reason
 FROM {RUN} WHERE id IN ({{ids}})
 """

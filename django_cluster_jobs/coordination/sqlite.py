@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager
-from datetime import UTC, datetime
-from typing import Any
+from collections.abc import Collection, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any, ClassVar
 
+from ..models import WorkerNode
 from . import sql
-from .base import Claim, Coordinator, Won, dt_param, json_param
-from .pending import SQLPendingMixin
+from .base import Features, dt_param, json_param
+from .orm import ORMVendor
+from .pending import BOUNDS, aging_step, take_native
+from .types import Claim, Heartbeat, NodeStats, Won
 
 
 @contextmanager
@@ -29,12 +32,13 @@ def immediate(connection: Any) -> Iterator[Any]:
         cursor.execute("COMMIT")
 
 
-class SQLiteCoordinator(SQLPendingMixin, Coordinator):
-    """``INSERT … ON CONFLICT DO NOTHING RETURNING`` (SQLite ≥ 3.35) in one write transaction."""
+class SQLiteVendor(ORMVendor):
+    """``INSERT … ON CONFLICT DO NOTHING RETURNING`` (SQLite ≥ 3.35) in one write transaction
+    taken up front; the writer lock serialises everything else."""
 
-    vendor = "sqlite"
+    name = "sqlite"
     #: SQLite runs inside this process: its clock is the host's, which every node shares.
-    clock_is_local = True
+    features: ClassVar[Features] = Features(returning=True, clock_is_local=True)
 
     def db_now(self) -> datetime:
         # What SQLite's own clock would answer, to the microsecond instead of the millisecond.
@@ -69,5 +73,49 @@ class SQLiteCoordinator(SQLPendingMixin, Coordinator):
             cursor.executemany(sql.CLAIMED_EVENT, [(w.run_id, at, node) for w in won])
         return won
 
-    def write_cursor(self) -> AbstractContextManager[Any]:
-        return immediate(self.connection)
+    def heartbeat(
+        self,
+        node: str,
+        now: datetime,
+        lease_until: datetime,
+        stats: NodeStats,
+        runs: Collection[tuple[int, int]] = (),
+    ) -> Heartbeat:
+        """One statement for the node row (its status and the definitions counter back), and
+        one for the leases of its runs when it executes any; each commits on its own."""
+        conn = self.connection
+        at = dt_param(conn, now)
+        params = [at, stats.clock_offset_ms, stats.claims_won, stats.claims_lost,
+                  json_param(conn, stats.skipped), node]  # fmt: skip
+        pairs = [(int(run_id), int(fence)) for run_id, fence in runs]
+        query = sql.SQLITE_HEARTBEAT.format(node_table=WorkerNode._meta.db_table)
+        with conn.cursor() as cursor:
+            cursor.execute(query, params)
+            row = cursor.fetchone()
+            owned: list[tuple[int, bool]] = []
+            if pairs:
+                renew = sql.SQLITE_RENEW.format(pairs=", ".join(["(%s, %s)"] * len(pairs)))
+                flat = [value for pair in pairs for value in pair]
+                cursor.execute(renew, [dt_param(conn, lease_until), node, *flat])
+                owned = [(run_id, bool(cancel)) for run_id, cancel in cursor.fetchall()]
+        status, definitions = row if row else ("", None)
+        return Heartbeat(
+            status or "",
+            frozenset(r for r, _ in owned),
+            frozenset(r for r, c in owned if c),
+            definitions=definitions,
+        )
+
+    def take_pending(
+        self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
+    ) -> list[Won]:
+        with immediate(self.connection) as cursor:
+            return take_native(cursor, self, node, job_ids, limit, now, lease_until)
+
+    def pending_order(self, now: datetime) -> tuple[str, list[Any]]:
+        """TAKE_PENDING's ORDER BY: the aging rank in whole milliseconds (julianday)."""
+        aging = aging_step()
+        if aging is None:
+            return sql.PRIORITY_ORDER, []
+        params = [aging // timedelta(milliseconds=1), dt_param(self.connection, now)]
+        return sql.SQLITE_PENDING_ORDER.format(**BOUNDS), params

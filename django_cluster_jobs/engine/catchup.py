@@ -35,7 +35,7 @@ from ..models import (
 )
 from ..policies.misfire import MISSED_ROWS_LIMIT
 from ..schedules import occurrence_key
-from .firing import MISFIRE_GRACE
+from .claimer import MISFIRE_GRACE
 
 logger = logging.getLogger(__name__)
 

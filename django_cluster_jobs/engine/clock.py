@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 
 class Clock:
@@ -31,3 +32,14 @@ class Clock:
     def observe(self, sent: datetime, db_time: datetime, received: datetime) -> None:
         """Record the offset from one round trip, assuming the server answered half-way."""
         self.offset = db_time - (sent + (received - sent) / 2)
+
+
+def align(clock: Clock, vendor: Any) -> None:
+    """Set the clock's offset to the database's: exactly where the database's clock is this
+    host's (SQLite), else from one ``SELECT`` of it, corrected by half the round trip."""
+    if vendor.features.clock_is_local:
+        clock.offset = clock.host_offset()
+        return
+    sent = clock.local()
+    db_time = vendor.db_now()
+    clock.observe(sent, db_time, clock.local())

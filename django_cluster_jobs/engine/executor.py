@@ -34,8 +34,12 @@ class Executor:
             threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True)
             for i in range(threads)
         ]
+
+    def start(self) -> None:
+        """Start the worker threads (the constructor starts nothing)."""
         for worker in self._workers:
-            worker.start()
+            if worker.ident is None:
+                worker.start()
 
     @property
     def free(self) -> int:
@@ -58,8 +62,9 @@ class Executor:
 
     def shutdown(self) -> None:
         """Let idle workers exit; busy (hung) daemon threads die with the process."""
-        for _ in self._workers:
-            self._tasks.put(None)
+        for worker in self._workers:
+            if worker.ident is not None:
+                self._tasks.put(None)
 
     def _work(self) -> None:
         try:

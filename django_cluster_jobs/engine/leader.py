@@ -1,4 +1,5 @@
-"""The leader: one fenced lease; its holder alone reaps leases, buries dead nodes, purges."""
+"""The leader: one fenced lease; its holder alone reaps leases, buries dead nodes, purges and
+settles missed occurrences, on a thread of its own so no chore delays a heartbeat."""
 
 from __future__ import annotations
 
@@ -6,43 +7,41 @@ import logging
 import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
 from django.db import transaction
 
 from ..conf import app_settings
-from ..coordination import leases
-from ..models import ClusterEvent, ClusterEventKind
+from ..ledger import leases
+from ..models import LEADER_LEASE, ClusterEvent, ClusterEventKind
 from .catchup import catch_up
-from .clockcheck import ClockCheck
-
-if TYPE_CHECKING:
-    from .node import Node
+from .clockcheck import MAY_LEAD, ClockCheck
+from .periodic import PeriodicThread
+from .protocols import LeaderHost
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-LEADER = "leader"
 #: Seconds between two purges of the ledger by the same leader.
 PURGE_EVERY = 60.0
 
 
 class Leader:
-    """Acquires or renews the leader lease at each heartbeat and, while held, does the chores."""
+    """Acquires or renews the leader lease at each beat and, while held, does the chores."""
 
-    def __init__(self, node: Node) -> None:
-        self.node = node
+    def __init__(self, host: LeaderHost) -> None:
+        self.node = host
         self.token = uuid.uuid4().hex
         self.held: leases.Held | None = None
         self._last_purge: datetime | None = None
         #: On SQLite, where each node's clock is its own, whether it agrees with the others'.
-        self._clock = ClockCheck(node.coordinator.alias, node.node_id)
-        self._refusal = ""
+        self._clock = ClockCheck(host.ledger.alias, host.node_id)
+        self._verdict = MAY_LEAD
 
     @property
     def alias(self) -> str:
-        return self.node.coordinator.alias
+        return self.node.ledger.alias
 
     def beat(self) -> None:
         """Take or keep the lease; log and record every change of leader; do the chores."""
@@ -53,8 +52,9 @@ class Leader:
         # One transaction: a change of leader and its record are committed together.
         with transaction.atomic(using=self.alias):
             self._bound_lock_waits()
+            node_id, previous = self.node.node_id, self.held
             held = leases.acquire(
-                self.alias, LEADER, self.node.node_id, self.token, now, ttl, previous=self.held
+                self.alias, LEADER_LEASE, node_id, self.token, now, ttl, previous=previous
             )
             if held is not None and held.acquired:
                 self._record(ClusterEventKind.LEADER_ACQUIRED, held.fence, now, "became leader")
@@ -73,25 +73,25 @@ class Leader:
         """True when this node must not lead: its clock disagrees with the live nodes' (SQLite).
 
         A holder resigns at once; the reason is logged when it changes."""
-        refusal = ""
-        if self.node.coordinator.clock_is_local:
-            refusal = self._clock.disagreement(now)
-        if refusal != self._refusal and refusal and not refusal.startswith("waiting"):
-            logger.error("node %s does not lead: %s", self.node.node_id, refusal,
+        verdict = MAY_LEAD
+        if self.node.ledger.vendor.features.clock_is_local:
+            verdict = self._clock.verdict(now)
+        if verdict != self._verdict and verdict.refuses and not verdict.waiting:
+            logger.error("node %s does not lead: %s", self.node.node_id, verdict.reason,
                          extra=self.node.log_extra)  # fmt: skip
-        self._refusal = refusal
-        if refusal and self.held is not None:
+        self._verdict = verdict
+        if verdict.refuses and self.held is not None:
             self._record(ClusterEventKind.LEADER_LOST, self.held.fence, now,
-                         f"resigned: {refusal}")  # fmt: skip
+                         f"resigned: {verdict.reason}")  # fmt: skip
             self.resign()
-        return bool(refusal)
+        return verdict.refuses
 
     def chores(self, now: datetime) -> bool:
         """Do the cluster chores fenced by the lease; False when this node is no longer leader."""
         held = self.held
         if held is None:
             return False
-        coordinator = self.node.coordinator
+        chores = self.node.ledger.chores
         with transaction.atomic(using=self.alias):
             self._bound_lock_waits()
             if not leases.still_held(self.alias, held, now):
@@ -104,12 +104,12 @@ class Leader:
                 self.held = None
                 return False
             node_id, dead_after = self.node.node_id, timedelta(seconds=app_settings.DEAD_AFTER)
-            reaped = self._chore("reap", lambda: coordinator.reap_expired(now, node_id), 0)
+            reaped = self._chore("reap", lambda: chores.reap_expired(now, node_id), 0)
             dead = self._chore(
-                "dead nodes", lambda: coordinator.mark_dead_nodes(now, dead_after, node_id), []
+                "dead nodes", lambda: chores.mark_dead_nodes(now, dead_after, node_id), []
             )
             purged = self._chore("purge", lambda: self._purge(now), 0)
-            names, fence = self.node.registry.names(), held.fence
+            names, fence = self.node.job_names(), held.fence
             self._chore("catch-up", lambda: catch_up(self.alias, names, node_id, now, fence), 0)
             self._record_chores(now, held.fence, reaped, purged)
         self._log(reaped, dead, purged)
@@ -130,7 +130,7 @@ class Leader:
         """Fail this beat rather than wait on a row lock held by a frozen process (the leader
         lease, or a run lease to reap): the heartbeat thread must come back to renew this node's
         own leases, and the next beat tries again."""
-        self.node.coordinator.bound_lock_waits(max(0.2, app_settings.HEARTBEAT_INTERVAL / 2))
+        self.node.ledger.vendor.bound_lock_waits(max(0.2, app_settings.HEARTBEAT_INTERVAL / 2))
 
     def _record_chores(self, now: datetime, fence: int, reaped: int, purged: int) -> None:
         done = [
@@ -151,7 +151,7 @@ class Leader:
         if self._last_purge and (now - self._last_purge).total_seconds() < PURGE_EVERY:
             return 0
         self._last_purge = now
-        return self.node.coordinator.purge(now, retention())
+        return self.node.ledger.chores.purge(now, retention())
 
     def _log(self, reaped: int, dead: list[str], purged: int) -> None:
         extra = self.node.log_extra
@@ -181,6 +181,27 @@ class Leader:
         ClusterEvent.objects.using(self.alias).create(
             at=now, kind=kind, node=self.node.node_id, fence=fence, detail=detail
         )
+
+
+class LeaderThread(PeriodicThread):
+    """Beats the leader every HEARTBEAT_INTERVAL seconds, apart from the heartbeat; the first
+    beat as soon as the node starts (its chores never delay the node's first tick)."""
+
+    what = "leader"
+    at_once = True
+
+    def __init__(self, leader: Leader) -> None:
+        super().__init__(name=f"cluster-jobs-leader-{leader.node.node_id}")
+        self.leader = leader
+
+    def interval(self) -> float:
+        return app_settings.HEARTBEAT_INTERVAL
+
+    def step(self) -> None:
+        self.leader.beat()
+
+    def restarted(self) -> LeaderThread:
+        return LeaderThread(self.leader)
 
 
 def retention() -> timedelta:

@@ -3,56 +3,57 @@
 from __future__ import annotations
 
 import logging
-import threading
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from django.db import connections
 
 from ..coordination.postgresql import PENDING_CHANNEL
-
-if TYPE_CHECKING:
-    from .node import Node
+from .periodic import PeriodicThread
 
 logger = logging.getLogger(__name__)
 
+#: Seconds between two looks at the halt flag while listening, and before reconnecting.
+LOOK = 0.5
+RECONNECT = 1.0
 
-class PendingListener(threading.Thread):
-    """Keeps one LISTEN connection open (reconnecting after errors) and wakes the node."""
 
-    def __init__(self, node: Node) -> None:
-        super().__init__(name=f"cluster-jobs-listen-{node.node_id}", daemon=True)
-        self.node = node
-        self._halt = threading.Event()
+class PendingListener(PeriodicThread):
+    """Keeps one LISTEN connection open (reconnecting after errors) and calls ``wake``."""
+
+    what = "pending listener"
+    at_once = True
+
+    def __init__(self, alias: str, node_id: str, wake: Callable[[], None]) -> None:
+        super().__init__(name=f"cluster-jobs-listen-{node_id}")
+        self.alias, self.wake = alias, wake
         #: True while a LISTEN connection is open; the node polls while it is not.
         self.healthy = False
 
-    def stop(self) -> None:
-        self._halt.set()
-        if self.is_alive():
-            self.join(timeout=5)
+    def interval(self) -> float:
+        return RECONNECT
 
-    def run(self) -> None:
-        while not self._halt.is_set():
-            try:
-                self._listen()
-            except Exception as exc:  # a lost connection: retry, the node polls meanwhile
-                logger.warning(
-                    "LISTEN connection lost (%s); reconnecting", exc, extra=self.node.log_extra
-                )
-                self.node.wake_pending()
-                self._halt.wait(1.0)
+    def step(self) -> None:
+        """Listen until halted; a lost connection ends the step (the node polls meanwhile)."""
+        try:
+            self._listen()
+        finally:
+            self.wake()  # whatever became pending while nobody listened
+
+    def restarted(self) -> PendingListener:
+        node_id = self.name.removeprefix("cluster-jobs-listen-")
+        return PendingListener(self.alias, node_id, self.wake)
 
     def _listen(self) -> None:
-        wrapper = connections[self.node.coordinator.alias]
+        wrapper = connections[self.alias]
         conn = wrapper.get_new_connection(wrapper.get_connection_params())
         try:
             conn.autocommit = True
             conn.execute(f"LISTEN {PENDING_CHANNEL}")
             self.healthy = True
-            self.node.wake_pending()  # anything made pending while we were not listening
-            while not self._halt.is_set():
-                for _ in conn.notifies(timeout=0.5):
-                    self.node.wake_pending()
+            self.wake()  # anything made pending while we were not listening
+            while not self.stopped:
+                for _ in conn.notifies(timeout=LOOK):
+                    self.wake()
         finally:
             self.healthy = False
             conn.close()

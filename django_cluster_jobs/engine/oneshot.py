@@ -18,26 +18,29 @@ the scheduler's; its lease is renewed while the handler runs.
 from __future__ import annotations
 
 import logging
-import threading
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
 
-from django.db import DatabaseError, connections
+from django.db import DatabaseError
 
 from ..conf import app_settings
-from ..coordination import Claim, Coordinator, NodeStats, Won, get_coordinator
+from ..coordination import Claim, NodeStats, Refusal, Won
 from ..exceptions import UnknownJob
+from ..ledger import Ledger, get_ledger
+from ..ledger.leases import lease_until
 from ..models import EventKind, JobDefinition, JobRun, Outcome, RunEvent, RunState
+from ..policies.overlap import gate_of
 from ..registry import check_payload, registry
 from ..schedules import occurrence_key
-from .clock import Clock
+from .claimer import lease_ttl
+from .clock import Clock, align
 from .executor import release_broken_connections
-from .firing import gate_of, lease_ttl
 from .handlers import merged_payload
-from .node import default_clock, sync_definitions
+from .node import default_clock
+from .periodic import PeriodicThread
 from .planner import Planned
-from .runner import Runner
+from .registration import sync_definitions
+from .runner import Runner, Stop
 
 logger = logging.getLogger(__name__)
 
@@ -65,10 +68,10 @@ class Result:
 
 #: How a refused claim is worded (GateState.refusal's codes).
 REFUSALS = {
-    "disabled": "the job is disabled",
-    "paused": "the job is paused",
-    "settled": "the occurrence is already settled (claimed, or recorded missed)",
-    "changed": "the job's definition changed while it was claimed; run it again",
+    Refusal.DISABLED: "the job is disabled",
+    Refusal.PAUSED: "the job is paused",
+    Refusal.SETTLED: "the occurrence is already settled (claimed, or recorded missed)",
+    Refusal.CHANGED: "the job's definition changed while it was claimed; run it again",
 }
 
 
@@ -93,41 +96,28 @@ def resolve(name: str, alias: str) -> Planned:
     return Planned(definition, registry.get(definition.callable_name), definition.get_schedule())
 
 
-class LeaseKeeper(threading.Thread):
+class LeaseKeeper(PeriodicThread):
     """Renew the run's lease every heartbeat interval; flag the handler if the run is cancelled
     by an operator or taken away (its lease expired while this process was stalled)."""
 
+    what = "lease keeper"
+
     def __init__(self, shot: OneShot, won: Won) -> None:
-        super().__init__(name=f"cluster-jobs-lease-{won.run_id}", daemon=True)
+        super().__init__(name=f"cluster-jobs-lease-{won.run_id}")
         self.shot, self.run_id, self.fence = shot, won.run_id, won.fence
-        self._halt = threading.Event()
 
-    def run(self) -> None:
-        try:
-            while not self._halt.wait(app_settings.HEARTBEAT_INTERVAL):
-                self.beat()
-        finally:
-            connections.close_all()
+    def interval(self) -> float:
+        return app_settings.HEARTBEAT_INTERVAL
 
-    def beat(self) -> None:
+    def step(self) -> None:
         shot, now = self.shot, self.shot.clock.now()
-        try:
-            beat = shot.coordinator.heartbeat(
-                shot.node_id, now, shot.lease_until(now), NodeStats(), [(self.run_id, self.fence)]
-            )
-        except DatabaseError as exc:
-            release_broken_connections()
-            logger.warning("could not renew the lease of run %s: %s", self.run_id, exc)
-            return
+        beat = shot.ledger.vendor.heartbeat(
+            shot.node_id, now, lease_until(now), NodeStats(), [(self.run_id, self.fence)]
+        )
         if self.run_id in beat.cancel_requested:
-            shot.runner.cancel({self.run_id}, why="cancel")
+            shot.runner.cancel({self.run_id}, why=Stop.CANCEL)
         elif self.run_id not in beat.owned_runs:
-            shot.runner.cancel({self.run_id}, why="lost")
-
-    def stop(self) -> None:
-        self._halt.set()
-        if self.is_alive():
-            self.join(timeout=app_settings.HEARTBEAT_INTERVAL + 5)
+            shot.runner.cancel({self.run_id}, why=Stop.LOST)
 
 
 class OneShot:
@@ -139,21 +129,18 @@ class OneShot:
         *,
         node_id: str | None = None,
         clock: Clock | None = None,
-        coordinator: Coordinator | None = None,
+        ledger: Ledger | None = None,
     ) -> None:
-        self.coordinator = coordinator or get_coordinator()
-        self.alias = self.coordinator.alias
+        self.ledger = ledger or get_ledger()
+        self.alias = self.ledger.alias
         self.node_id = node_id or app_settings.node_id()
         self.clock = clock or default_clock()
         self.planned = resolve(name, self.alias)
-        self.runner = Runner(self.coordinator, self.clock, self.node_id)
+        self.runner = Runner(self.ledger, self.clock, self.node_id)
 
     @property
     def name(self) -> str:
         return self.planned.name
-
-    def lease_until(self, now: datetime) -> datetime:
-        return now + timedelta(seconds=app_settings.LEASE_TTL)
 
     def occurrence(
         self, at: datetime | None = None, key: str | None = None
@@ -193,11 +180,11 @@ class OneShot:
 
     def _claim(self, claim: Claim, now: datetime) -> Won | Result:
         """Claim through the same gates as a scheduler node (overlap, concurrency, queues)."""
-        gate = gate_of(self.planned)
+        gate = gate_of(self.planned.definition)
         if gate is None:
-            won = self.coordinator.claim([claim], self.node_id, now, self.lease_until(now))
+            won = self.ledger.vendor.claim([claim], self.node_id, now, lease_until(now))
             return won[0] if won else self._held_elsewhere(claim, now)
-        result = self.coordinator.claim_gated(
+        result = self.ledger.gates.claim_gated(
             claim, gate, self.node_id, self.clock.now, lease_ttl()
         )
         if result.won is not None:
@@ -205,26 +192,21 @@ class OneShot:
         if result.buffered:
             reason = "buffered: a node runs it as soon as the live run of the job ends"
             return Result(self.name, claim.key, claim.scheduled_at, ran=False, reason=reason)
-        if result.skipped:
-            self.coordinator.record_skip(claim, self.node_id, now, result.skipped)
-            reason = f"not claimed: {result.skipped}"
+        if result.refusal is not None:
+            self.ledger.gates.record_skip(claim, self.node_id, now, result.reason)
+            reason = f"not claimed: {result.reason}"
             return Result(self.name, claim.key, claim.scheduled_at, ran=False, reason=reason)
         return self._held_elsewhere(claim, now)
 
     def cancel(self) -> None:
         """Flag the running handler as cancelled (SIGTERM); it should return soon."""
-        self.runner.cancel(why="shutdown")
+        self.runner.cancel(why=Stop.SHUTDOWN)
 
     def _observe_clock(self) -> None:
-        if self.coordinator.clock_is_local:
-            self.clock.offset = self.clock.host_offset()
-            return
-        sent = self.clock.local()
         try:
-            db_time = self.coordinator.db_now()
+            align(self.clock, self.ledger.vendor)
         except DatabaseError:  # the claim that follows fails loudly if the database is gone
-            return
-        self.clock.observe(sent, db_time, self.clock.local())
+            release_broken_connections()
 
     def _blocked(self, now: datetime) -> str:
         definition = self.planned.definition
@@ -251,10 +233,10 @@ class OneShot:
             .first()
         )
         if row is None:  # refused by the database gate: disabled, paused, settled or overlap
-            gate = self.coordinator.gate_states({claim.job_id}).get(claim.job_id)
-            refusal = gate.refusal(claim, now) if gate is not None else "disabled"
-            reason = f"not claimed: {REFUSALS.get(refusal or '', refusal)}"
-            if refusal == "overlap" and gate is not None:
+            gate = self.ledger.gates.gate_states({claim.job_id}).get(claim.job_id)
+            refusal = gate.refusal(claim, now) if gate is not None else Refusal.DISABLED
+            reason = f"not claimed: {REFUSALS.get(refusal, refusal)}" if refusal else "not claimed"
+            if refusal == Refusal.OVERLAP and gate is not None:
                 reason = f"not claimed: overlap, the previous run ({gate.live_key}) is live"
             return Result(self.name, key, scheduled_at, ran=False, reason=reason)
         return Result(
@@ -292,9 +274,3 @@ class OneShot:
             .values_list("kind", flat=True)
         )
         return kinds.first() or "unrecorded"
-
-
-def run_job(name: str, payload: dict[str, Any] | None = None, **options: Any) -> Result:
-    """Run one occurrence of ``name`` in the foreground; see :class:`OneShot` for the options."""
-    at, key = options.pop("at", None), options.pop("key", None)
-    return OneShot(name, **options).run(payload, at=at, key=key)

@@ -9,16 +9,20 @@ import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError, ProgrammingError, connections
 
 from .. import signals
+from ..choices import Executor
 from ..conf import app_settings
 from ..context import RunContext
-from ..coordination import Coordinator, Won
-from ..models import RunState
-from ..retry import Backoff
+from ..coordination import Won
+from ..ledger import Ledger
+from ..ledger.breaker import open_if_tripped
+from ..models import Overlap, RunState
+from ..policies.retry import Backoff, final_state, retryable
 from .clock import Clock
 from .executor import release_broken_connections
 from .handlers import call, safe_text, storable
@@ -38,7 +42,7 @@ PERMANENT = (DataError, IntegrityError, ProgrammingError, TypeError, ValueError)
 
 
 @dataclass
-class Outcome:
+class Ending:
     """How a handler ended, before policies decide what that means for the run."""
 
     state: str
@@ -48,6 +52,16 @@ class Outcome:
     exception: BaseException | str | None = None
 
 
+class Stop(StrEnum):
+    """Why a running handler was told to stop."""
+
+    NONE = ""
+    TIMEOUT = "timeout"  # its timeout passed
+    CANCEL = "cancel"  # an operator asked (cancel_requested)
+    LOST = "lost"  # the database no longer confirms this node's fence
+    SHUTDOWN = "shutdown"  # the node stops
+
+
 @dataclass
 class Active:
     """A run executing on this node."""
@@ -55,12 +69,11 @@ class Active:
     won: Won
     planned: Planned
     context: RunContext
-    since: float  # time.monotonic() when it started
-    why: str = ""  # why it was cancelled: "timeout", "cancel", "lost" or "shutdown"
+    why: Stop = Stop.NONE
     concluded: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def stop(self, why: str) -> None:
+    def stop(self, why: Stop) -> None:
         self.why = self.why or why
         self.context.cancel_event.set()
 
@@ -74,8 +87,8 @@ class Active:
 class Runner:
     """Runs handlers with their context and writes outcomes back by the job's policies."""
 
-    def __init__(self, coordinator: Coordinator, clock: Clock, node_id: str) -> None:
-        self.coordinator, self.clock, self.node_id = coordinator, clock, node_id
+    def __init__(self, ledger: Ledger, clock: Clock, node_id: str) -> None:
+        self.ledger, self.clock, self.node_id = ledger, clock, node_id
         self.running: dict[int, Active] = {}
         self._lock = threading.Lock()
 
@@ -127,9 +140,7 @@ class Runner:
         on_done: Callable[[datetime], None] | None = None,
     ) -> None:
         """Run the handler, then conclude; call ``on_done`` with the finish time."""
-        active = Active(
-            won, planned, self.context(won, planned, scheduled_at, payload), time.monotonic()
-        )
+        active = Active(won, planned, self.context(won, planned, scheduled_at, payload))
         with self._lock:
             self.running[won.run_id] = active
         logger.info(
@@ -154,7 +165,7 @@ class Runner:
         if on_done is not None:
             on_done(finished)
 
-    def _conclude_contained(self, active: Active, outcome: Outcome) -> datetime:
+    def _conclude_contained(self, active: Active, outcome: Ending) -> datetime:
         """Conclude; a failure past the write-back (a signal receiver, the breaker) is logged,
         never raised, so the node goes on and a fixed-delay job is planned again."""
         try:
@@ -180,17 +191,17 @@ class Runner:
         """Thread executor: flag the handler cancelled at its deadline; if it has not returned
         a grace period later, conclude the run as timed out without it."""
         timeout = active.planned.definition.timeout
-        if timeout is None or active.planned.definition.executor == "process":
+        if timeout is None or active.planned.definition.executor == Executor.PROCESS:
             return []
         seconds = timeout.total_seconds()
-        forced = Outcome(
+        forced = Ending(
             RunState.TIMED_OUT,
             error=f"TimeoutError: still running {seconds:g}s "
             f"after its deadline plus the grace period",
             exception="TimeoutError",
         )
         timers = [
-            threading.Timer(seconds, active.stop, args=("timeout",)),
+            threading.Timer(seconds, active.stop, args=(Stop.TIMEOUT,)),
             threading.Timer(
                 seconds + app_settings.GRACE_PERIOD, self._force, args=(active, forced)
             ),
@@ -200,20 +211,20 @@ class Runner:
             timer.start()
         return timers
 
-    def _force(self, active: Active, outcome: Outcome) -> None:
+    def _force(self, active: Active, outcome: Ending) -> None:
         """Conclude a run whose handler outlived its deadline (runs on a timer thread)."""
         try:
             self.conclude(active, outcome)
         finally:
             connections.close_all()
 
-    def _execute(self, active: Active, payload: dict) -> Outcome:
+    def _execute(self, active: Active, payload: dict) -> Ending:
         definition = active.planned.definition
-        if definition.executor == "process":
+        if definition.executor == Executor.PROCESS:
             from .process import run_in_process
 
             timeout = definition.timeout.total_seconds() if definition.timeout else None
-            return Outcome(
+            return Ending(
                 *run_in_process(
                     active.planned.name, definition.callable_name, active.context, payload, timeout
                 )
@@ -221,7 +232,7 @@ class Runner:
         try:
             result = call(active.planned.job, active.context, payload)
         except BaseException as exc:  # SystemExit or a cancelled task too: this thread goes on
-            outcome = Outcome(
+            outcome = Ending(
                 RunState.FAILED,
                 None,
                 safe_text(f"{type(exc).__name__}: {exc}"),
@@ -229,45 +240,40 @@ class Runner:
                 exc,
             )
         else:
-            outcome = Outcome(RunState.SUCCEEDED, storable(result))
-        if active.why == "timeout":
+            outcome = Ending(RunState.SUCCEEDED, storable(result))
+        if active.why == Stop.TIMEOUT:
             outcome.state = RunState.TIMED_OUT
             outcome.error = outcome.error or f"TimeoutError: exceeded {definition.timeout}"
-        elif active.why == "cancel":
+        elif active.why == Stop.CANCEL:
             outcome.state = RunState.CANCELLED
         return outcome
 
     # -- concluding ---------------------------------------------------------------------------
 
-    def conclude(self, active: Active, outcome: Outcome) -> datetime:
+    def conclude(self, active: Active, outcome: Ending) -> datetime:
         """Apply the job's policies to ``outcome`` and write the result back, fenced."""
         now = self.clock.now()
         if not active.conclude_once():
             return now
         failed = outcome.state in (RunState.FAILED, RunState.TIMED_OUT)
-        if failed and self._retryable(active, outcome):
+        definition = active.planned.definition
+        never = active.planned.job.dont_retry
+        attempt = active.won.attempt
+        if failed and retryable(attempt, definition.max_attempts, outcome.exception, never):
             return self._retry(active, outcome, now)
         attempt_state = outcome.state
-        if failed and active.planned.definition.max_attempts > 1:
-            outcome.state = RunState.DEAD
+        if failed:
+            outcome.state = final_state(outcome.state, definition.max_attempts)
         recorded = self._write(active, outcome, now)
         if recorded:
             self._after(active, outcome, attempt_state, now)
         return now
 
-    def _retryable(self, active: Active, outcome: Outcome) -> bool:
-        attempts = active.planned.definition.max_attempts
-        never = active.planned.job.dont_retry
-        exc = outcome.exception
-        if isinstance(exc, str):  # from a child process: compare by class name
-            return active.won.attempt < attempts and exc not in {t.__name__ for t in never}
-        return active.won.attempt < attempts and not (never and isinstance(exc, never))
-
-    def _retry(self, active: Active, outcome: Outcome, now: datetime) -> datetime:
+    def _retry(self, active: Active, outcome: Ending, now: datetime) -> datetime:
         policy = Backoff.from_dict(active.planned.name, active.planned.definition.backoff)
         due = now + policy.delay(active.won.attempt)
         if self._retrying(
-            lambda: self.coordinator.retry(
+            lambda: self.ledger.runs.retry(
                 active.won, self.node_id, now, due, outcome.state, outcome.error, outcome.traceback
             ),
             active,
@@ -291,7 +297,7 @@ class Runner:
             self._signal(signals.run_retried, active, due_at=due)
         return now
 
-    def _write(self, active: Active, outcome: Outcome, now: datetime) -> bool:
+    def _write(self, active: Active, outcome: Ending, now: datetime) -> bool:
         won, planned = active.won, active.planned
         recorded = self._retrying(lambda: self._finish(active, outcome, now), active)
         extra = self.extra(won, planned)
@@ -315,11 +321,11 @@ class Runner:
             )
         return bool(recorded)
 
-    def _finish(self, active: Active, outcome: Outcome, now: datetime) -> bool:
+    def _finish(self, active: Active, outcome: Ending, now: datetime) -> bool:
         """Write the outcome under the run's fence; if the row refuses it (what the handler
         returned or raised cannot be stored here), write it once more without the result, so
         the run still ends once instead of being re-run when its lease expires."""
-        write = self.coordinator.finish
+        write = self.ledger.runs.finish
         won, node = active.won, self.node_id
         try:
             return write(won, node, outcome.state, now, result=outcome.result,
@@ -332,7 +338,7 @@ class Runner:
             return write(won, node, outcome.state, now, result=None, error=error,
                          traceback=outcome.traceback)  # fmt: skip
 
-    def _after(self, active: Active, outcome: Outcome, attempt_state: str, now: datetime) -> None:
+    def _after(self, active: Active, outcome: Ending, attempt_state: str, now: datetime) -> None:
         definition = active.planned.definition
         if outcome.state == RunState.SUCCEEDED:
             self._signal(signals.run_succeeded, active, result=outcome.result)
@@ -347,16 +353,17 @@ class Runner:
             if outcome.state == RunState.DEAD:
                 self._signal(signals.run_dead_lettered, active, error=outcome.error)
             self._maybe_open_breaker(active, now)
-        if definition.overlap == "buffer_one":
-            self.coordinator.release_buffered(definition.pk, now)
+        if definition.overlap == Overlap.BUFFER_ONE:
+            self.ledger.runs.release_buffered(definition.pk, now)
 
     def _maybe_open_breaker(self, active: Active, now: datetime) -> None:
         definition = active.planned.definition
         if not definition.breaker_threshold:
             return
-        until = self.coordinator.open_breaker_if_tripped(
-            definition.pk, definition.breaker_threshold, definition.breaker_cooldown, now
-        )
+        until = open_if_tripped(
+            self.ledger.alias, definition.pk, definition.breaker_threshold,
+            definition.breaker_cooldown, now,
+        )  # fmt: skip
         if until is not None:
             logger.error(
                 "circuit breaker opened for %s after %s consecutive failures; paused until %s",
@@ -393,7 +400,7 @@ class Runner:
                     return None
                 time.sleep(WRITE_BACK_RETRY)
 
-    def cancel(self, run_ids: set[int] | None = None, why: str = "shutdown") -> None:
+    def cancel(self, run_ids: set[int] | None = None, why: Stop = Stop.SHUTDOWN) -> None:
         """Flag the given running handlers (all when None) as cancelled, saying why."""
         with self._lock:
             for run_id, active in self.running.items():

@@ -1,1 +1,47 @@
-"""Portable ledger operations, written once over the ORM: settling, definition changes."""
+"""The portable ledger layer: fenced writes on runs, gates, the leader's chores, leases, the
+settled-through mark, written once over the ORM on top of a vendor (coordination).
+
+:func:`get_ledger` returns the :class:`Ledger` of the configured database: its ``vendor`` (the
+hot statements) and the parts written once (``runs``, ``gates``, ``chores``). Engine parts take
+the part they need.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+
+from django.db.models import Min
+
+from ..coordination import Vendor, get_vendor
+from ..models import DEFINITIONS, Counter, JobRun, RunState
+from .chores import Chores
+from .gates import Gates
+from .runs import Runs
+
+
+class Ledger:
+    """The ledger of one database: a vendor and the portable parts that write through it."""
+
+    def __init__(self, vendor: Vendor) -> None:
+        self.vendor = vendor
+        self.alias = vendor.alias
+        self.runs = Runs(vendor)
+        self.gates = Gates(vendor, self.runs)
+        self.chores = Chores(vendor, self.runs)
+
+    def next_pending_due(self, job_ids: Collection[int]) -> datetime | None:
+        """Return when the earliest pending run of ``job_ids`` is due, or None."""
+        runs = JobRun.objects.using(self.alias).filter(state=RunState.PENDING, job_id__in=job_ids)
+        return runs.aggregate(due=Min("due_at"))["due"]
+
+    def definitions_version(self) -> int | None:
+        """Return the definitions counter (models.Counter), which every change to a job
+        definition moves; heartbeats read it in their own statement."""
+        counters = Counter.objects.using(self.alias).filter(name=DEFINITIONS)
+        return counters.values_list("value", flat=True).first()
+
+
+def get_ledger(alias: str | None = None, kind: str | None = None) -> Ledger:
+    """Return the ledger on the ledger database, through the vendor COORDINATION picks."""
+    return Ledger(get_vendor(alias, kind))

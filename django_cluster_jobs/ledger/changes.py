@@ -12,8 +12,12 @@ code calling ``save()``) goes through :func:`save_definition`:
   and nothing from before a change is ever caught up under the new one (a pause is never caught
   up at resume, an edited schedule never fires its past).
 
-``QuerySet.update()`` bypasses this, as it bypasses ``save()``; the library never uses it on these
-columns, and the leader still moves the marks of disabled and paused jobs past what is not due.
+Every save and every deletion also counts a change on the ``definitions`` counter, which each
+node reads with its heartbeat to know when to re-plan.
+
+``QuerySet.update()`` and ``bulk_create()`` bypass this, as they bypass ``save()``; the library
+never uses them on definitions, and the leader still moves the marks of disabled and paused jobs
+past what is not due. Running nodes see such a write at their next start.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ from datetime import datetime
 from typing import Any
 
 from django.db import router, transaction
+from django.db.models import F
 
-from ..coordination import get_coordinator
-from ..models import JobDefinition
+from ..coordination import get_vendor
+from ..models import DEFINITIONS, Counter, JobDefinition
 from .settle import settle
 
 #: Columns whose change alters which occurrences are due.
@@ -40,7 +45,7 @@ STOPS = ("paused", "disabled")
 
 def cluster_now(using: str) -> datetime:
     """Return cluster time: the ledger database's clock."""
-    return get_coordinator(using).db_now()
+    return get_vendor(using).db_now()
 
 
 def due_changed(
@@ -73,6 +78,20 @@ def save_definition(
             definition.settled_through = stored.settled_through
             definition.revision = stored.revision
         save(*args, **kwargs)
+        definitions_changed(using)
+
+
+def definitions_changed(using: str) -> None:
+    """Count a change to the job definitions, in the caller's transaction: every node's next
+    heartbeat reads the counter and re-plans."""
+    counters = Counter.objects.using(using)
+    if not counters.filter(name=DEFINITIONS).update(value=F("value") + 1):
+        counters.get_or_create(name=DEFINITIONS, defaults={"value": 1})  # deleted: start again
+
+
+def definition_deleted(sender: type, instance: JobDefinition, using: str, **kwargs: Any) -> None:
+    """post_delete receiver: a deleted definition is a change too (however it was deleted)."""
+    definitions_changed(using)
 
 
 def _locked(using: str, definition: JobDefinition) -> JobDefinition | None:
@@ -80,9 +99,9 @@ def _locked(using: str, definition: JobDefinition) -> JobDefinition | None:
     if definition.pk is None or definition._state.adding:
         return None
     rows = JobDefinition.objects.using(using).filter(pk=definition.pk)
-    features = get_coordinator(using).connection.features
-    if features.has_select_for_update:
-        rows = rows.select_for_update(no_key=features.has_select_for_no_key_update)
+    vendor = get_vendor(using)
+    if vendor.connection.features.has_select_for_update:
+        rows = rows.select_for_update(no_key=vendor.features.no_key_locks)
     return rows.first()
 
 

@@ -32,8 +32,7 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import Q
 
-from ..coordination import get_coordinator
-from ..coordination.base import takes_lane
+from ..coordination import get_vendor
 from ..exceptions import ClusterJobsError
 from ..models import (
     LIVE_STATES,
@@ -46,7 +45,8 @@ from ..models import (
     RunEvent,
     RunState,
 )
-from ..policies.misfire import SKIP, Plan, Policy, decide
+from ..policies.misfire import Plan, Policy, decide
+from ..policies.overlap import takes_lane
 from ..schedules import occurrence_key
 
 logger = logging.getLogger(__name__)
@@ -145,7 +145,7 @@ def settle(
         missing = [at for at in span.occurrences if occurrence_key(at) not in keys]
         policy = Policy.of(span.definition)
         if record_only:
-            policy = replace(policy, misfire=SKIP)
+            policy = replace(policy, misfire=Misfire.SKIP)
         plan = decide(policy, missing, now, catching_up=catching_up.get(span.job_id))
         cut = span.occurrences[0] if span.truncated else None
         settled.append(Settled(span.definition, plan, [], cut))
@@ -198,7 +198,7 @@ def _write(alias: str, settled: list[Settled], now: datetime, decider: str, caus
         by_job[row.job_id].written.append(row)
     _events(alias, mine, now, decider)
     if any(r.state == RunState.PENDING for r in mine):
-        transaction.on_commit(get_coordinator(alias).notify_pending, using=alias)
+        transaction.on_commit(get_vendor(alias).notify_pending, using=alias)
 
 
 Stored = dict[tuple[int, str], tuple[int, str, datetime]]

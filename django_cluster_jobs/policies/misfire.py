@@ -21,19 +21,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from ..choices import Misfire
 from ..schedules import occurrence_key
 
 #: Most "missed" rows written for one job in one pass (the most recent ones).
 MISSED_ROWS_LIMIT = 1_000
-
-FIRE_ONCE, SKIP, RUN_ALL = "fire_once", "skip", "run_all"
 
 
 @dataclass(frozen=True)
 class Policy:
     """What ``decide`` needs of a job definition."""
 
-    misfire: str = FIRE_ONCE
+    misfire: str = Misfire.FIRE_ONCE
     catch_up_window: timedelta | None = None
     catch_up_limit: int = 10
 
@@ -41,7 +40,7 @@ class Policy:
     def of(cls, definition: object) -> Policy:
         """Read the policy fields of a JobDefinition (or anything with the same attributes)."""
         return cls(
-            getattr(definition, "misfire", FIRE_ONCE),
+            getattr(definition, "misfire", Misfire.FIRE_ONCE),
             getattr(definition, "catch_up_window", None),
             max(1, int(getattr(definition, "catch_up_limit", 10) or 1)),
         )
@@ -83,10 +82,10 @@ def decide(
 
 def _limit(policy: Policy, candidates: list[datetime], catching_up: str | None) -> tuple[int, str]:
     """How many of the candidates run, and why the others do not."""
-    if policy.misfire == RUN_ALL:
+    if policy.misfire == Misfire.RUN_ALL:
         limit = policy.catch_up_limit
         return limit, f"run_all runs only the latest {limit} missed occurrence(s)"
-    if policy.misfire != FIRE_ONCE or not candidates:
+    if policy.misfire != Misfire.FIRE_ONCE or not candidates:
         return 0, "the misfire policy is skip"
     if catching_up is not None:
         return 0, f"fire_once: the catch-up run {catching_up} is already queued"

@@ -14,11 +14,10 @@ from django.db import connections
 
 from django_cluster_jobs import signals
 from django_cluster_jobs.conf import app_settings
-from django_cluster_jobs.coordination import get_coordinator
 from django_cluster_jobs.engine import catchup
 from django_cluster_jobs.engine.catchup import horizon
-from django_cluster_jobs.engine.firing import MISFIRE_GRACE
-from django_cluster_jobs.ledger import settle
+from django_cluster_jobs.engine.claimer import MISFIRE_GRACE
+from django_cluster_jobs.ledger import get_ledger, settle
 from django_cluster_jobs.models import (
     ClusterEvent,
     ClusterEventKind,
@@ -478,7 +477,8 @@ def test_pending_catch_ups_wake_the_nodes(monkeypatch):
     minutely()
     node = fake_node()
     woken = []
-    monkeypatch.setattr(type(get_coordinator()), "notify_pending", lambda self: woken.append(True))
+    vendor = type(get_ledger().vendor)
+    monkeypatch.setattr(vendor, "notify_pending", lambda self: woken.append(True))
     catch_up(node, NOW)
     assert woken == [True]
     catch_up(node, NOW)

@@ -28,10 +28,10 @@ def claims_for(job_id: int, count: int, start: int = 0) -> list[Claim]:
     ]
 
 
-def test_batch_claim_returns_exactly_what_this_node_won(coordinator):
+def test_batch_claim_returns_exactly_what_this_node_won(ledger):
     job = JobDefinitionFactory()
-    first = coordinator.claim(claims_for(job.pk, 3), "a", NOW, LEASE)
-    second = coordinator.claim(claims_for(job.pk, 3, start=1), "b", NOW, LEASE)
+    first = ledger.vendor.claim(claims_for(job.pk, 3), "a", NOW, LEASE)
+    second = ledger.vendor.claim(claims_for(job.pk, 3, start=1), "b", NOW, LEASE)
     assert sorted(w.key for w in first) == [f"2026-05-28T09:00:0{i}Z" for i in range(3)]
     assert [w.key for w in second] == ["2026-05-28T09:00:03Z"]
     rows = JobRun.objects.order_by("key").values_list("key", "node", "state", "fence")
@@ -39,37 +39,37 @@ def test_batch_claim_returns_exactly_what_this_node_won(coordinator):
     assert {r[2] for r in rows} == {RunState.RUNNING} and {r[3] for r in rows} == {1}
 
 
-def test_winner_holds_a_lease_and_a_claimed_event(coordinator):
+def test_winner_holds_a_lease_and_a_claimed_event(ledger):
     job = JobDefinitionFactory()
-    [won] = coordinator.claim(claims_for(job.pk, 1), "a", NOW, LEASE)
+    [won] = ledger.vendor.claim(claims_for(job.pk, 1), "a", NOW, LEASE)
     run = JobRun.objects.get(pk=won.run_id)
     assert (run.node, run.lease_expires_at, run.started_at) == ("a", LEASE, NOW)
     assert list(run.events.values_list("kind", "node", "fence")) == [(EventKind.CLAIMED, "a", 1)]
 
 
-def test_disabled_and_paused_jobs_are_never_claimed(coordinator):
+def test_disabled_and_paused_jobs_are_never_claimed(ledger):
     disabled = JobDefinitionFactory(enabled=False)
     paused = JobDefinitionFactory(paused_until=NOW + timedelta(minutes=5))
     resumed = JobDefinitionFactory(paused_until=NOW - timedelta(minutes=5))
     claims = [*claims_for(disabled.pk, 1), *claims_for(paused.pk, 1), *claims_for(resumed.pk, 1)]
-    won = coordinator.claim(claims, "a", NOW, LEASE)
+    won = ledger.vendor.claim(claims, "a", NOW, LEASE)
     assert [w.job_id for w in won] == [resumed.pk]
 
 
-def test_empty_batch_is_a_no_op(coordinator):
-    assert coordinator.claim([], "a", NOW, LEASE) == []
+def test_empty_batch_is_a_no_op(ledger):
+    assert ledger.vendor.claim([], "a", NOW, LEASE) == []
 
 
-def test_payload_and_outcome_are_stored(coordinator):
+def test_payload_and_outcome_are_stored(ledger):
     job = JobDefinitionFactory()
     claim = Claim(job.pk, "k", NOW, outcome="every_node", priority=7, payload={"x": [1, "y"]})
-    [won] = coordinator.claim([claim], "a", NOW, LEASE)
+    [won] = ledger.vendor.claim([claim], "a", NOW, LEASE)
     run = JobRun.objects.get(pk=won.run_id)
     assert (run.outcome, run.priority, run.payload) == ("every_node", 7, {"x": [1, "y"]})
 
 
 @pytest.mark.parametrize("size", [1, 20], ids=["small batch", "large batch"])
-def test_every_column_is_stored_whatever_the_batch_size(coordinator, size):
+def test_every_column_is_stored_whatever_the_batch_size(ledger, size):
     """PostgreSQL sends small batches as VALUES rows and large ones as arrays: same result."""
     job, other, disabled = JobDefinitionFactory(), JobDefinitionFactory(), JobDefinitionFactory()
     disabled.enabled = False
@@ -86,7 +86,7 @@ def test_every_column_is_stored_whatever_the_batch_size(coordinator, size):
         for i in range(size)
     ]
     claims.append(Claim(disabled.pk, "k0", NOW))
-    won = coordinator.claim(claims, "a", NOW, LEASE)
+    won = ledger.vendor.claim(claims, "a", NOW, LEASE)
     assert sorted((w.job_id, w.key) for w in won) == sorted((c.job_id, c.key) for c in claims[:-1])
     for c in claims[:-1]:
         run = JobRun.objects.get(job_id=c.job_id, key=c.key)
@@ -101,7 +101,7 @@ def test_every_column_is_stored_whatever_the_batch_size(coordinator, size):
         assert list(run.events.values_list("kind", flat=True)) == [EventKind.CLAIMED]
 
 
-def race_threads(coordinator, claims: list[Claim], racers: int) -> list[list[Won]]:
+def race_threads(ledger, claims: list[Claim], racers: int) -> list[list[Won]]:
     """Let ``racers`` threads, each on its own connection, claim the same batch at once."""
     barrier = threading.Barrier(racers, timeout=30)
     results: list[list[Won]] = [[] for _ in range(racers)]
@@ -110,7 +110,7 @@ def race_threads(coordinator, claims: list[Claim], racers: int) -> list[list[Won
         try:
             connections["default"].ensure_connection()
             barrier.wait()
-            results[i] = coordinator.claim(claims, f"node-{i}", NOW, LEASE)
+            results[i] = ledger.vendor.claim(claims, f"node-{i}", NOW, LEASE)
         finally:
             connections.close_all()
 
@@ -123,10 +123,10 @@ def race_threads(coordinator, claims: list[Claim], racers: int) -> list[list[Won
     return results
 
 
-def test_concurrent_threads_get_exactly_one_winner_per_occurrence(coordinator):
+def test_concurrent_threads_get_exactly_one_winner_per_occurrence(ledger):
     job = JobDefinitionFactory()
     claims = claims_for(job.pk, 40)
-    results = race_threads(coordinator, claims, racers=4)
+    results = race_threads(ledger, claims, racers=4)
     wins = Counter(w.key for won in results for w in won)
     assert sorted(wins) == sorted(c.key for c in claims)
     assert set(wins.values()) == {1}
@@ -135,13 +135,13 @@ def test_concurrent_threads_get_exactly_one_winner_per_occurrence(coordinator):
         assert JobRun.objects.filter(node=f"node-{i}").count() == len(won)
 
 
-def test_concurrent_processes_get_exactly_one_winner_per_occurrence(coordinator, monkeypatch):
+def test_concurrent_processes_get_exactly_one_winner_per_occurrence(ledger, monkeypatch):
     job = JobDefinitionFactory()
     keys = [c.key for c in claims_for(job.pk, 40)]
     monkeypatch.setenv("DATABASE_URL", database_url())
     ctx = multiprocessing.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
-    kind = "orm" if coordinator.vendor == "orm" else "auto"
+    kind = "orm" if ledger.vendor.name == "orm" else "auto"
     from tests.claimers import claim_in_process
 
     procs = [
@@ -161,7 +161,7 @@ def test_concurrent_processes_get_exactly_one_winner_per_occurrence(coordinator,
         assert sorted(JobRun.objects.filter(node=node).values_list("key", flat=True)) == won
 
 
-def test_window_claim_serialises_racers(coordinator):
+def test_window_claim_serialises_racers(ledger):
     job = JobDefinitionFactory(schedule_kind="delay", interval=timedelta(minutes=1))
     barrier = threading.Barrier(4, timeout=30)
     results = []
@@ -171,7 +171,7 @@ def test_window_claim_serialises_racers(coordinator):
             connections["default"].ensure_connection()
             barrier.wait()
             results.append(
-                coordinator.claim_window(
+                ledger.gates.claim_window(
                     job.pk,
                     timedelta(minutes=1),
                     f"k{i}",
@@ -193,7 +193,7 @@ def test_window_claim_serialises_racers(coordinator):
     assert JobRun.objects.filter(job=job).count() == 1
 
 
-def test_window_claim_is_due_one_interval_after_the_last_finish(coordinator):
+def test_window_claim_is_due_one_interval_after_the_last_finish(ledger):
     job = JobDefinitionFactory(schedule_kind="delay", interval=timedelta(minutes=1))
     RunningRunFactory(
         job=job,
@@ -202,12 +202,12 @@ def test_window_claim_is_due_one_interval_after_the_last_finish(coordinator):
         scheduled_at=NOW - timedelta(minutes=3),
         finished_at=NOW - timedelta(seconds=30),
     )
-    early = coordinator.claim_window(
+    early = ledger.gates.claim_window(
         job.pk, timedelta(minutes=1), "k1", "a", NOW, LEASE, timedelta(seconds=5)
     )
     assert early.won is None and early.next_check == NOW + timedelta(seconds=30)
     later = NOW + timedelta(seconds=31)
-    on_time = coordinator.claim_window(
+    on_time = ledger.gates.claim_window(
         job.pk,
         timedelta(minutes=1),
         "k2",
@@ -219,19 +219,19 @@ def test_window_claim_is_due_one_interval_after_the_last_finish(coordinator):
     assert on_time.won is not None and on_time.won.key == "k2"
 
 
-def test_window_claim_waits_while_a_run_is_live(coordinator):
+def test_window_claim_waits_while_a_run_is_live(ledger):
     job = JobDefinitionFactory(schedule_kind="delay", interval=timedelta(minutes=1))
     RunningRunFactory(job=job, key="live", scheduled_at=NOW - timedelta(hours=1))
-    result = coordinator.claim_window(
+    result = ledger.gates.claim_window(
         job.pk, timedelta(minutes=1), "k", "a", NOW, LEASE, timedelta(seconds=5)
     )
     assert result.won is None and result.next_check == NOW + timedelta(seconds=5)
 
 
-def test_finish_with_the_current_fence_records_the_outcome(coordinator):
+def test_finish_with_the_current_fence_records_the_outcome(ledger):
     job = JobDefinitionFactory()
-    [won] = coordinator.claim(claims_for(job.pk, 1), "a", NOW, LEASE)
-    assert coordinator.finish(won, "a", RunState.SUCCEEDED, NOW, result={"ok": 1})
+    [won] = ledger.vendor.claim(claims_for(job.pk, 1), "a", NOW, LEASE)
+    assert ledger.runs.finish(won, "a", RunState.SUCCEEDED, NOW, result={"ok": 1})
     run = JobRun.objects.get(pk=won.run_id)
     assert (run.state, run.result, run.finished_at, run.lease_expires_at) == (
         RunState.SUCCEEDED,
@@ -242,18 +242,18 @@ def test_finish_with_the_current_fence_records_the_outcome(coordinator):
     assert run.events.last().kind == EventKind.SUCCEEDED
 
 
-def test_finish_with_a_stale_fence_is_fenced_out(coordinator):
+def test_finish_with_a_stale_fence_is_fenced_out(ledger):
     job = JobDefinitionFactory()
-    [won] = coordinator.claim(claims_for(job.pk, 1), "a", NOW, LEASE)
+    [won] = ledger.vendor.claim(claims_for(job.pk, 1), "a", NOW, LEASE)
     JobRun.objects.filter(pk=won.run_id).update(fence=2, node="b")
-    assert not coordinator.finish(won, "a", RunState.FAILED, NOW, error="late")
+    assert not ledger.runs.finish(won, "a", RunState.FAILED, NOW, error="late")
     run = JobRun.objects.get(pk=won.run_id)
     assert (run.state, run.error) == (RunState.RUNNING, "")
     event = RunEvent.objects.filter(run_id=won.run_id).last()
     assert (event.kind, event.node, event.fence) == (EventKind.FENCED_OUT, "a", 1)
 
 
-def test_heartbeat_renews_only_the_leases_of_runs_this_node_executes(coordinator):
+def test_heartbeat_renews_only_the_leases_of_runs_this_node_executes(ledger):
     from django_cluster_jobs.coordination import NodeStats
     from tests.factories import WorkerNodeFactory
 
@@ -267,7 +267,7 @@ def test_heartbeat_renews_only_the_leases_of_runs_this_node_executes(coordinator
     stale = RunningRunFactory(node="a", fence=3, lease_expires_at=LEASE)
     stats = NodeStats(1.5, 3, 2, {"claimed_elsewhere": 2})
     sent = [(mine.pk, mine.fence), (done.pk, done.fence), (theirs.pk, theirs.fence)]
-    beat = coordinator.heartbeat("a", NOW, later, stats, [*sent, (stale.pk, 2)])
+    beat = ledger.vendor.heartbeat("a", NOW, later, stats, [*sent, (stale.pk, 2)])
     assert beat.owned_runs == {mine.pk} and beat.status == "active"
     values = dict(JobRun.objects.values_list("pk", "lease_expires_at"))
     assert values == {
@@ -283,15 +283,15 @@ def test_heartbeat_renews_only_the_leases_of_runs_this_node_executes(coordinator
     )
 
 
-def test_a_postgresql_heartbeat_brings_the_database_clock_back(coordinator):
+def test_a_postgresql_heartbeat_brings_the_database_clock_back(ledger):
     """The native PostgreSQL heartbeat reads the clock in its own statement; others do not."""
     from django_cluster_jobs.coordination import NodeStats
     from tests.factories import WorkerNodeFactory
 
     WorkerNodeFactory(node_id="a")
     before = datetime.now(UTC)
-    beat = coordinator.heartbeat("a", NOW, LEASE, NodeStats(0, 0, 0, {}), [])
-    if coordinator.vendor == "postgresql":
+    beat = ledger.vendor.heartbeat("a", NOW, LEASE, NodeStats(0, 0, 0, {}), [])
+    if ledger.vendor.name == "postgresql":
         # One machine: the database's clock is this one, within the round trip and a margin.
         margin = timedelta(seconds=1)
         assert before - margin <= beat.db_time <= datetime.now(UTC) + margin
@@ -299,8 +299,8 @@ def test_a_postgresql_heartbeat_brings_the_database_clock_back(coordinator):
         assert beat.db_time is None
 
 
-def test_db_now_is_the_database_clock(coordinator):
+def test_db_now_is_the_database_clock(ledger):
     from tests.factories import WorkerNodeFactory
 
     WorkerNodeFactory()
-    assert abs(coordinator.db_now() - datetime.now(UTC)) < timedelta(seconds=2)
+    assert abs(ledger.vendor.db_now() - datetime.now(UTC)) < timedelta(seconds=2)

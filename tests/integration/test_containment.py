@@ -18,7 +18,8 @@ from django.db import connection
 
 from django_cluster_jobs import services
 from django_cluster_jobs.engine import Node
-from django_cluster_jobs.engine.node import sync_definitions
+from django_cluster_jobs.engine.registration import sync_definitions
+from django_cluster_jobs.engine.runner import Stop
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState, Source
 from django_cluster_jobs.registry import registry
 from tests.conftest import wait_until
@@ -38,7 +39,7 @@ def node():
 
 def take_all(node: Node) -> None:
     """Look for pending runs now, as a notification or the poll would."""
-    node.wake_pending()
+    node.taker.wake()
     node.tick()
 
 
@@ -95,7 +96,7 @@ def test_a_pending_run_whose_payload_is_not_an_object_fails_once_with_its_reason
     ids=["huge priority", "year 1", "huge negative"],
 )
 def test_a_pending_run_with_an_odd_priority_or_due_time_is_taken_with_the_others(
-    coordinator, priority, due
+    ledger, priority, due
 ):
     """9.1: the take used to overflow, and with it every take of every job."""
     job = JobDefinitionFactory(callable_name="tests.manual")
@@ -103,7 +104,7 @@ def test_a_pending_run_with_an_odd_priority_or_due_time_is_taken_with_the_others
     odd = JobRunFactory(job=job, key="odd", state=RunState.PENDING, priority=priority,
                         due_at=due or now)  # fmt: skip
     normal = JobRunFactory(job=job, key="normal", state=RunState.PENDING, due_at=now)
-    taken = coordinator.claim_pending("n", [job.pk], 5, now, now + timedelta(seconds=30))
+    taken = ledger.vendor.take_pending("n", [job.pk], 5, now, now + timedelta(seconds=30))
     assert {w.run_id for w in taken} == {odd.pk, normal.pk}
 
 
@@ -163,7 +164,7 @@ def test_cancelling_an_async_handler_cancels_its_task(node):
     run = services.enqueue("tests.async_job", {"seconds": 30})
     take_all(node)
     wait_until(lambda: Effect.objects.filter(key=run.key).exists(), 10)
-    node.runner.cancel({run.pk}, why="cancel")
+    node.runner.cancel({run.pk}, why=Stop.CANCEL)
     run = ended(run, timeout=5)
     assert run.state == RunState.CANCELLED and "CancelledError" in run.error
 
@@ -191,7 +192,7 @@ def test_a_dead_heartbeat_thread_is_restarted_and_one_that_keeps_dying_stops_the
     node.heartbeat.stop()
     node.heartbeat.join(5)
     node.tick()
-    assert node.heartbeat.is_alive() and node.heartbeat_restarts == 1
+    assert node.heartbeat.is_alive() and node.restarts["heartbeat"] == 1
     node.heartbeat.stop()
     monkeypatch.setattr(type(node.heartbeat), "run", dies)
     for _ in range(4):
@@ -211,7 +212,7 @@ def test_a_chore_that_fails_leaves_the_other_chores_and_the_heartbeat_running(
         raise OverflowError("date value out of range")
 
     wait_until(lambda: node.leader.held is not None, 10)
-    monkeypatch.setattr(node.coordinator, "purge", overflows)
+    monkeypatch.setattr(node.ledger.chores, "purge", overflows)
     WorkerNodeFactory(node_id="silent", last_heartbeat=node.clock.now() - timedelta(hours=1))
     node.leader._last_purge = None
     with caplog.at_level(logging.ERROR, logger="django_cluster_jobs"):

@@ -245,14 +245,14 @@ def pending(job, priority: int, overdue: float, **extra) -> JobRun:
     )
 
 
-def take_one_by_one(coordinator, job_ids: list[int], now: datetime = NOW) -> list[int]:
+def take_one_by_one(ledger, job_ids: list[int], now: datetime = NOW) -> list[int]:
     order = []
-    while taken := coordinator.claim_pending("n", job_ids, 1, now, LEASE):
+    while taken := ledger.vendor.take_pending("n", job_ids, 1, now, LEASE):
         order.append(taken[0].run_id)
     return order
 
 
-def test_pending_runs_are_taken_by_priority_with_aging(coordinator):
+def test_pending_runs_are_taken_by_priority_with_aging(ledger):
     job, other = JobDefinitionFactory(), JobDefinitionFactory()
     # rank = priority + seconds overdue / 60 (the default PRIORITY_AGING)
     fresh_high = pending(job, 10, 0)  # 10
@@ -263,14 +263,14 @@ def test_pending_runs_are_taken_by_priority_with_aging(coordinator):
     pending(job, 99, -60)  # not due yet: never taken now
     expected = [old_low, old_low_later_id, fresh_high, middle, recent_middle]
 
-    assert take_one_by_one(coordinator, [job.pk, other.pk]) == [r.pk for r in expected]
+    assert take_one_by_one(ledger, [job.pk, other.pk]) == [r.pk for r in expected]
     assert JobRun.objects.filter(state=RunState.PENDING).count() == 1
 
 
-def test_one_call_returns_the_runs_it_took_in_rank_order(coordinator):
+def test_one_call_returns_the_runs_it_took_in_rank_order(ledger):
     job = JobDefinitionFactory()
     runs = [pending(job, 3, 0), pending(job, 0, 400), pending(job, 1, 0), pending(job, 2, 90)]
-    taken = coordinator.claim_pending("n", [job.pk], 3, NOW, LEASE)
+    taken = ledger.vendor.take_pending("n", [job.pk], 3, NOW, LEASE)
     assert [w.run_id for w in taken] == [runs[1].pk, runs[3].pk, runs[0].pk]  # 6.7, 3.5, 3
 
 
@@ -279,37 +279,37 @@ def test_one_call_returns_the_runs_it_took_in_rank_order(coordinator):
     [(0, "high"), (179, "high"), (180, "low"), (181, "low"), (3600, "low")],
 )
 def test_an_old_low_priority_run_beats_a_fresh_high_one_once_aged_enough(
-    coordinator, overdue, first
+    ledger, overdue, first
 ):
     job = JobDefinitionFactory()
     high = pending(job, 3, 0)
     low = pending(job, 0, overdue)  # three points behind: level after 180 s, ahead after
-    [taken] = coordinator.claim_pending("n", [job.pk], 1, NOW, LEASE)
+    [taken] = ledger.vendor.take_pending("n", [job.pk], 1, NOW, LEASE)
     assert taken.run_id == {"high": high, "low": low}[first].pk
 
 
-def test_the_aging_setting_scales_the_wait_per_point(coordinator):
+def test_the_aging_setting_scales_the_wait_per_point(ledger):
     job = JobDefinitionFactory()
     high, low = pending(job, 3, 0), pending(job, 0, 40)
     with override_settings(CLUSTER_JOBS={**settings.CLUSTER_JOBS, "PRIORITY_AGING": 10}):
-        assert take_one_by_one(coordinator, [job.pk]) == [low.pk, high.pk]
+        assert take_one_by_one(ledger, [job.pk]) == [low.pk, high.pk]
 
 
 @pytest.mark.parametrize("off", [None, 0])
-def test_without_aging_priority_is_strict(coordinator, off):
+def test_without_aging_priority_is_strict(ledger, off):
     job = JobDefinitionFactory()
     runs = [pending(job, 0, 86_400), pending(job, 1, 0), pending(job, 1, 60)]
     with override_settings(CLUSTER_JOBS={**settings.CLUSTER_JOBS, "PRIORITY_AGING": off}):
-        assert take_one_by_one(coordinator, [job.pk]) == [runs[2].pk, runs[1].pk, runs[0].pk]
+        assert take_one_by_one(ledger, [job.pk]) == [runs[2].pk, runs[1].pk, runs[0].pk]
 
 
-def test_sub_second_due_times_rank_and_tie_exactly(coordinator):
+def test_sub_second_due_times_rank_and_tie_exactly(ledger):
     job = JobDefinitionFactory()
     high = pending(job, 1, 0.5)  # 1 + 0.5/60
     level = pending(job, 0, 60.5)  # 60.5/60: the same rank, due earlier, so first
     earlier, later = pending(job, 0, 0.5), pending(job, 0, 0.25)
     expected = [level, high, earlier, later]
-    assert take_one_by_one(coordinator, [job.pk]) == [r.pk for r in expected]
+    assert take_one_by_one(ledger, [job.pk]) == [r.pk for r in expected]
 
 
 # -- how fast an idle node starts an enqueued run --------------------------------------------

@@ -10,8 +10,9 @@ from datetime import timedelta
 import pytest
 from django.db import OperationalError, transaction
 
-from django_cluster_jobs.coordination import get_coordinator
+from django_cluster_jobs.coordination import get_vendor
 from django_cluster_jobs.engine import Node
+from django_cluster_jobs.ledger import Ledger
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState
 from tests.conftest import wait_until
 from tests.factories import RunningRunFactory
@@ -20,11 +21,11 @@ from tests.models import Effect
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
-class FlakyCoordinator:
-    """Delegates to a real coordinator; ``claim`` raises while ``down`` is set."""
+class FlakyVendor:
+    """Delegates to the real vendor; ``claim`` raises while ``down`` is set."""
 
     def __init__(self) -> None:
-        self.real = get_coordinator()
+        self.real = get_vendor()
         self.down = False
 
     def __getattr__(self, name: str):
@@ -38,8 +39,7 @@ class FlakyCoordinator:
 
 @pytest.fixture
 def node():
-    coordinator = FlakyCoordinator()
-    node = Node("in-process", coordinator=coordinator, threads=2)
+    node = Node("in-process", ledger=Ledger(FlakyVendor()), threads=2)
     node.start()
     enable("tests.every_second")
     node.reload()
@@ -57,7 +57,7 @@ def enable(name: str) -> None:
 def replanned(node: Node) -> None:
     """Wait until the heartbeat has seen every definition change, and re-plan for it now, so
     that the next tick does nothing but what the test asks of it."""
-    current = node.coordinator.definitions_version()
+    current = node.ledger.definitions_version()
     wait_until(lambda: node.heartbeat._version == current, timeout=10)
     if node._reload.is_set():
         node._reload.clear()
@@ -71,13 +71,13 @@ def fire(node: Node, name: str) -> None:
     # A little past it: on PostgreSQL each heartbeat corrects the clock's offset by a few ms.
     time.sleep(max(0.0, (due - node.clock.now()).total_seconds()) + 0.05)
     replanned(node)
-    node.planner.clear()
-    node.planner.push(due, name)
+    node.claimer.planner.clear()
+    node.claimer.planner.push(due, name)
     node.tick()
 
 
 def test_a_failed_claim_skips_the_occurrence_and_the_loop_survives(node, caplog):
-    node.coordinator.down = True
+    node.ledger.vendor.down = True
     with caplog.at_level(logging.WARNING, logger="django_cluster_jobs"):
         fire(node, "tests.every_second")
     assert not JobRun.objects.exists()
@@ -85,7 +85,7 @@ def test_a_failed_claim_skips_the_occurrence_and_the_loop_survives(node, caplog)
     [record] = [r for r in caplog.records if "fail-closed" in r.getMessage()]
     assert "tests.every_second @ " in record.getMessage() and record.job == "tests.every_second"
 
-    node.coordinator.down = False
+    node.ledger.vendor.down = False
     fire(node, "tests.every_second")
     wait_until(lambda: JobRun.objects.filter(state=RunState.SUCCEEDED).exists(), timeout=10)
     assert Effect.objects.count() == 1
@@ -126,21 +126,44 @@ def test_handler_failure_is_recorded_with_traceback(node):
 
 
 def test_an_edit_stamped_older_than_the_newest_row_is_still_noticed(node):
+    """A web server whose clock is behind stamps an older updated_at: the change still counts."""
     from datetime import UTC, datetime
+    from unittest import mock
 
-    before = node.coordinator.definitions_version()
-    old = datetime(2000, 1, 1, tzinfo=UTC)
-    JobDefinition.objects.filter(name="tests.manual").update(updated_at=old)
-    assert node.coordinator.definitions_version() != before
+    before = node.ledger.definitions_version()
+    job = JobDefinition.objects.get(name="tests.manual")
+    job.priority = 5
+    with mock.patch("django.utils.timezone.now", return_value=datetime(2000, 1, 1, tzinfo=UTC)):
+        job.save()
+    assert JobDefinition.objects.get(pk=job.pk).updated_at.year == 2000
+    assert node.ledger.definitions_version() != before
+
+
+def test_every_kind_of_definition_change_moves_the_counter_the_heartbeat_reads(node):
+    from tests.factories import JobDefinitionFactory
+
+    seen = [node.ledger.definitions_version()]
+    job = JobDefinitionFactory(name="counted")  # created
+    seen.append(node.ledger.definitions_version())
+    job.priority = 3
+    job.save()  # edited
+    seen.append(node.ledger.definitions_version())
+    JobDefinition.objects.filter(pk=job.pk).delete()  # deleted through a queryset
+    seen.append(node.ledger.definitions_version())
+    assert len(set(seen)) == 4, seen
+    beat = node.ledger.vendor.heartbeat(
+        node.node_id, node.clock.now(), node.clock.now(), node.counters.snapshot(0.0)
+    )
+    assert beat.definitions == seen[-1]
 
 
 def test_a_definition_saved_while_the_node_starts_is_picked_up():
-    from django_cluster_jobs.engine.node import sync_definitions
+    from django_cluster_jobs.engine.registration import sync_definitions
     from tests.factories import JobDefinitionFactory
 
     late = Node("late", threads=1)
     late.register()
-    sync_definitions(late.registry, late.coordinator.alias)
+    sync_definitions(late.registry, late.ledger.alias)
     late.heartbeat.prime()
     late.reload()
     JobDefinitionFactory(name="saved-during-start", callable_name="tests.manual")
@@ -160,23 +183,24 @@ def test_due_pending_work_it_cannot_take_does_not_spin_the_loop(node):
         assert node.executor.submit(lambda e=event: e.wait(10))
     try:
         services.enqueue("tests.manual")
-        node.wake_pending()
+        node.taker.wake()
         node.tick()
         now = node.clock.now()
-        assert node._pending_due > now + timedelta(seconds=0.5), "the loop would spin"
+        assert node.taker.due > now + timedelta(seconds=0.5), "the loop would spin"
         assert JobRun.objects.get(job__name="tests.manual").state == RunState.PENDING
     finally:
         for event in blockers:
             event.set()
     node.executor.wait_idle(5)
-    node.task_done()  # what every handler's completion does
-    assert node._pending_due <= node.clock.now()
+    node.taker.thread_freed()  # what every handler's completion does
+    assert node.taker.due <= node.clock.now()
 
 
 def test_a_database_error_anywhere_in_a_tick_does_not_end_the_loop(node, monkeypatch):
     def unreachable(*args, **kwargs):
         raise OperationalError("server closed the connection unexpectedly")
 
+    replanned(node)  # the fixture's enable() is seen: no reload but the one this test asks for
     monkeypatch.setattr("django_cluster_jobs.engine.node.load_planned", unreachable)
     node.request_reload()
     node.tick()  # the reload fails: logged, not raised
@@ -205,12 +229,12 @@ def test_looking_for_pending_runs_writes_nothing_when_none_is_due(node):
         return execute(sql, params, many, context)
 
     replanned(node)
-    node.planner.clear()
+    node.claimer.planner.clear()
     with connection.execute_wrapper(record):
-        node.wake_pending()
+        node.taker.wake()
         node.tick()
     assert sent and set(sent) == {"SELECT"}, sent
-    assert node._pending_due is not None
+    assert node.taker.due is not None
     assert JobRun.objects.get(job__name="tests.manual").state == RunState.PENDING
 
 
@@ -222,6 +246,7 @@ def test_a_leader_beat_gives_up_on_a_lease_row_a_frozen_process_holds(node):
 
     from django_cluster_jobs.models import Lease
 
+    node.leader_thread.stop()  # only this test beats the leader (its own beats wait on locks)
     node.leader.beat()  # the lease row exists and this node leads
     locked, release = threading.Event(), threading.Event()
 
@@ -267,11 +292,10 @@ def test_a_node_whose_clock_is_off_starts_and_plans_in_cluster_time(minutes):
         margin = timedelta(seconds=2)  # the database's clock is this machine's
         assert before - margin <= started <= after + margin
         every_second = node.planned["tests.every_second"].schedule
-        due = sorted(
-            at for at, name in node.planner.pop_due(after + margin) if name == "tests.every_second"
-        )
-        assert due and due[0] == every_second.next_after(node._started_at)
-        assert abs(node._started_at - started) < timedelta(milliseconds=50)
+        popped = node.claimer.planner.pop_due(after + margin)
+        due = sorted(at for at, name in popped if name == "tests.every_second")
+        assert due and due[0] == every_second.next_after(node.claimer.started_at)
+        assert abs(node.claimer.started_at - started) < timedelta(milliseconds=50)
     finally:
         node.stop()
 
@@ -294,27 +318,54 @@ def test_a_claim_the_gate_refuses_is_counted_by_its_reason_not_as_lost(node, cha
 def test_a_run_that_starts_during_a_heartbeat_is_not_taken_for_lost(node, monkeypatch):
     """8.12: only what the database answers about the runs the heartbeat sent decides."""
     from django_cluster_jobs.coordination import Won
-    from django_cluster_jobs.engine.runner import Active
+    from django_cluster_jobs.engine.runner import Active, Stop
 
     run = RunningRunFactory(node=node.node_id)
     planned = node.planned["tests.manual"]
     won = Won(run.pk, run.job_id, run.key, run.fence)
-    active = Active(won, planned, node.runner.context(won, planned, run.scheduled_at, {}), 0.0)
-    real = node.coordinator.real.heartbeat
+    active = Active(won, planned, node.runner.context(won, planned, run.scheduled_at, {}))
+    real = node.ledger.vendor.real.heartbeat
 
     def registers_meanwhile(*args, **kwargs):
         with node.runner._lock:  # Runner.run registering between the snapshot and the answer
             node.runner.running[run.pk] = active
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(node.coordinator, "heartbeat", registers_meanwhile, raising=False)
+    monkeypatch.setattr(node.ledger.vendor, "heartbeat", registers_meanwhile, raising=False)
     node.heartbeat._renew()
-    assert not active.context.cancelled and active.why == ""
+    assert not active.context.cancelled and active.why == Stop.NONE
     node.heartbeat._renew()  # now sent, and the database confirms it under its fence
     assert not active.context.cancelled
     JobRun.objects.filter(pk=run.pk).update(fence=run.fence + 1)  # taken over meanwhile
     node.heartbeat._renew()
-    assert active.context.cancelled and active.why == "lost"
+    assert active.context.cancelled and active.why == Stop.LOST
+
+
+def test_a_run_that_ends_during_a_heartbeat_is_not_taken_for_lost(node, monkeypatch, caplog):
+    """A handler that finishes between the heartbeat's snapshot and the database's answer is
+    no longer running there: that is not a takeover, and nothing is logged as one."""
+    from django_cluster_jobs.coordination import Won
+    from django_cluster_jobs.engine.runner import Active
+
+    run = RunningRunFactory(node=node.node_id)
+    planned = node.planned["tests.manual"]
+    won = Won(run.pk, run.job_id, run.key, run.fence)
+    active = Active(won, planned, node.runner.context(won, planned, run.scheduled_at, {}))
+    with node.runner._lock:
+        node.runner.running[run.pk] = active
+    real = node.ledger.vendor.real.heartbeat
+
+    def ends_meanwhile(*args, **kwargs):
+        JobRun.objects.filter(pk=run.pk).update(state=RunState.SUCCEEDED)  # the run concludes
+        with node.runner._lock:
+            node.runner.running.pop(run.pk)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(node.ledger.vendor, "heartbeat", ends_meanwhile, raising=False)
+    with caplog.at_level(logging.WARNING, logger="django_cluster_jobs"):
+        node.heartbeat._renew()
+    assert not [r for r in caplog.records if "no longer owned" in r.getMessage()]
+    assert node.heartbeat._lost == set()
 
 
 def test_the_clock_offset_is_exact_where_the_database_is_on_this_host():
@@ -327,7 +378,7 @@ def test_the_clock_offset_is_exact_where_the_database_is_on_this_host():
         node.start()
         try:
             offset = WorkerNode.objects.get(node_id=name).clock_offset_ms
-            if node.coordinator.clock_is_local:
+            if node.ledger.vendor.features.clock_is_local:
                 assert node.clock.offset == -skew and offset == -skew.total_seconds() * 1000
             else:
                 assert abs(offset + skew.total_seconds() * 1000) < 100
@@ -343,7 +394,7 @@ def test_a_handler_never_starts_before_its_occurrence_by_cluster_time(node):
     planned = node.planned["tests.manual"]
     due = node.clock.now() + timedelta(milliseconds=300)
     claim = Claim(planned.definition.pk, "early", due)
-    [won] = node.coordinator.claim([claim], node.node_id, node.clock.now(),
+    [won] = node.ledger.vendor.claim([claim], node.node_id, node.clock.now(),
                                    node.clock.now() + timedelta(seconds=30))  # fmt: skip
     started = []
 

@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from django_cluster_jobs import LockLost, LockNotAcquired, cluster_lock
-from django_cluster_jobs.coordination import Won, leases
-from django_cluster_jobs.coordination.leases import Held
+from django_cluster_jobs.coordination import Won
+from django_cluster_jobs.ledger import leases
+from django_cluster_jobs.ledger.leases import Held
 from django_cluster_jobs.models import (
     ClusterEvent,
     EventKind,
@@ -95,14 +96,14 @@ def test_concurrent_acquirers_get_one_holder():
     assert Lease.objects.get(name="race").fence == 1
 
 
-def test_reap_retakes_at_least_once_and_loses_at_most_once(coordinator):
+def test_reap_retakes_at_least_once_and_loses_at_most_once(ledger):
     alo = JobDefinitionFactory(delivery="at_least_once")
     amo = JobDefinitionFactory(delivery="at_most_once")
     expired = T0 - timedelta(seconds=1)
     r1 = RunningRunFactory(job=alo, node="dead", lease_expires_at=expired)
     r2 = RunningRunFactory(job=amo, node="dead", lease_expires_at=expired)
     live = RunningRunFactory(job=alo, node="alive", lease_expires_at=T0 + TTL)
-    assert coordinator.reap_expired(T0, "leader") == 2
+    assert ledger.chores.reap_expired(T0, "leader") == 2
     r1.refresh_from_db(), r2.refresh_from_db(), live.refresh_from_db()
     assert (r1.state, r1.attempt, r1.fence, r1.node) == (RunState.PENDING, 2, 2, "")
     assert (r2.state, r2.attempt, r2.fence) == (RunState.LOST, 1, 2)
@@ -110,57 +111,57 @@ def test_reap_retakes_at_least_once_and_loses_at_most_once(coordinator):
     assert r1.events.get().kind == EventKind.LEASE_EXPIRED
     assert r2.events.get().kind == EventKind.LOST
 
-    [taken] = coordinator.claim_pending("b", [alo.pk], 5, T0, T0 + TTL)
+    [taken] = ledger.vendor.take_pending("b", [alo.pk], 5, T0, T0 + TTL)
     assert (taken.run_id, taken.fence, taken.attempt) == (r1.pk, 3, 2)
     assert r1.events.last().kind == EventKind.TAKEN_OVER
     old = Won(r1.pk, alo.pk, r1.key, fence=1)
-    assert not coordinator.finish(old, "dead", RunState.SUCCEEDED, T0)
-    assert coordinator.finish(taken, "b", RunState.SUCCEEDED, T0)
+    assert not ledger.runs.finish(old, "dead", RunState.SUCCEEDED, T0)
+    assert ledger.runs.finish(taken, "b", RunState.SUCCEEDED, T0)
 
 
-def test_a_poison_run_is_dead_lettered_after_repeated_takeovers(coordinator):
+def test_a_poison_run_is_dead_lettered_after_repeated_takeovers(ledger):
     job = JobDefinitionFactory(max_attempts=1)
     run = RunningRunFactory(job=job, attempt=3, lease_expires_at=T0 - timedelta(seconds=1))
-    coordinator.reap_expired(T0, "leader")
+    ledger.chores.reap_expired(T0, "leader")
     run.refresh_from_db()
     assert run.state == RunState.DEAD and run.events.get().kind == EventKind.DEAD_LETTERED
 
 
-def test_pending_runs_are_taken_by_priority_then_due_time_without_double_taking(coordinator):
+def test_pending_runs_are_taken_by_priority_then_due_time_without_double_taking(ledger):
     job = JobDefinitionFactory()
     low = JobRunFactory(job=job, state=RunState.PENDING, priority=0, due_at=T0 - TTL)
     high = JobRunFactory(job=job, state=RunState.PENDING, priority=5, due_at=T0)
     JobRunFactory(job=job, state=RunState.PENDING, due_at=T0 + TTL)  # not due yet
-    first = coordinator.claim_pending("a", [job.pk], 1, T0, T0 + TTL)
-    second = coordinator.claim_pending("b", [job.pk], 5, T0, T0 + TTL)
+    first = ledger.vendor.take_pending("a", [job.pk], 1, T0, T0 + TTL)
+    second = ledger.vendor.take_pending("b", [job.pk], 5, T0, T0 + TTL)
     assert [w.run_id for w in first] == [high.pk] and [w.run_id for w in second] == [low.pk]
-    assert coordinator.next_pending_due([job.pk]) == T0 + TTL
-    assert coordinator.claim_pending("c", [job.pk + 999], 5, T0, T0 + TTL) == []
+    assert ledger.next_pending_due([job.pk]) == T0 + TTL
+    assert ledger.vendor.take_pending("c", [job.pk + 999], 5, T0, T0 + TTL) == []
 
 
-def test_hand_back_makes_the_run_pending_at_once(coordinator):
+def test_hand_back_makes_the_run_pending_at_once(ledger):
     job = JobDefinitionFactory()
     run = RunningRunFactory(job=job, node="a")
-    assert coordinator.hand_back(Won(run.pk, job.pk, run.key), "a", T0) == RunState.PENDING
+    assert ledger.runs.hand_back(Won(run.pk, job.pk, run.key), "a", T0) == RunState.PENDING
     run.refresh_from_db()
     assert (run.state, run.due_at, run.fence, run.attempt) == (RunState.PENDING, T0, 2, 2)
-    assert coordinator.hand_back(Won(run.pk, job.pk, run.key), "a", T0) is None
+    assert ledger.runs.hand_back(Won(run.pk, job.pk, run.key), "a", T0) is None
 
 
-def test_mark_dead_nodes(coordinator):
+def test_mark_dead_nodes(ledger):
     WorkerNodeFactory(node_id="old", last_heartbeat=T0 - timedelta(minutes=2))
     WorkerNodeFactory(node_id="fresh", last_heartbeat=T0)
     WorkerNodeFactory(
         node_id="gone", status=NodeStatus.STOPPED, last_heartbeat=T0 - timedelta(hours=1)
     )
-    assert coordinator.mark_dead_nodes(T0, timedelta(minutes=1), "leader") == ["old"]
+    assert ledger.chores.mark_dead_nodes(T0, timedelta(minutes=1), "leader") == ["old"]
     statuses = dict(WorkerNode.objects.values_list("node_id", "status"))
     assert statuses == {"old": "dead", "fresh": "active", "gone": "stopped"}
     assert ClusterEvent.objects.get().node == "old"
 
 
 def test_purge_keeps_live_runs_recent_runs_and_the_latest_run_of_each_fixed_delay_job(
-    coordinator,
+    ledger,
 ):
     """No recovery decision reads finished rows (the marks stand for them), so the latest run of
     a job goes like any other; a fixed-delay job's latest run times its next one, and stays."""
@@ -173,7 +174,7 @@ def test_purge_keeps_live_runs_recent_runs_and_the_latest_run_of_each_fixed_dela
     recent = JobRunFactory(job=job, scheduled_at=T0 - timedelta(days=1), finished_at=T0)
     before_delay = JobRunFactory(job=delay, scheduled_at=old - timedelta(days=40), finished_at=old)
     latest_delay = JobRunFactory(job=delay, scheduled_at=old, finished_at=old)
-    assert coordinator.purge(T0, timedelta(days=14)) == 3
+    assert ledger.chores.purge(T0, timedelta(days=14)) == 3
     remaining = set(JobRun.objects.values_list("pk", flat=True))
     assert remaining == {live.pk, recent.pk, latest_delay.pk}
     assert {doomed.pk, latest_of_other.pk, before_delay.pk}.isdisjoint(remaining)
@@ -223,33 +224,52 @@ def test_cluster_lock_is_lost_when_it_cannot_be_renewed_before_it_expires(monkey
 
 @pytest.mark.parametrize("attempt", [1, 3], ids=["released", "buried"])
 def test_a_lease_renewed_between_the_reapers_read_and_its_write_is_kept(
-    coordinator, monkeypatch, attempt
+    ledger, monkeypatch, attempt
 ):
     """8.7: the reaper's write re-checks the expiry, so a renewal that lands in between wins."""
     job = JobDefinitionFactory(max_attempts=1)
     run = RunningRunFactory(
         job=job, node="slow", attempt=attempt, lease_expires_at=T0 - timedelta(seconds=1)
     )
-    name = "_release" if attempt == 1 else "_bury"
-    write = getattr(type(coordinator), name)
+    part, name = (ledger.runs, "release") if attempt == 1 else (ledger.chores, "_bury")
+    write = getattr(type(part), name)
 
     def renewed_first(self, pk, *args, **kwargs):
         JobRun.objects.filter(pk=pk).update(lease_expires_at=T0 + TTL)  # its owner's heartbeat
         return write(self, pk, *args, **kwargs)
 
-    monkeypatch.setattr(type(coordinator), name, renewed_first)
-    assert coordinator.reap_expired(T0, "leader") == 0
+    monkeypatch.setattr(type(part), name, renewed_first)
+    assert ledger.chores.reap_expired(T0, "leader") == 0
     run.refresh_from_db()
     assert (run.state, run.fence, run.node, run.attempt) == (RunState.RUNNING, 1, "slow", attempt)
     assert not run.events.exists()
 
 
-def test_a_purge_keeps_rows_after_their_jobs_mark_however_short_the_retention(coordinator):
+def test_a_purge_keeps_rows_after_their_jobs_mark_however_short_the_retention(ledger):
     """The next settling pass reads the rows after the mark: purging one would let its
     occurrence be decided again (found by the protocol model)."""
     job = JobDefinitionFactory(settled_through=T0 - timedelta(seconds=10))
     before = JobRunFactory(job=job, scheduled_at=T0 - timedelta(seconds=20), finished_at=T0)
     after = JobRunFactory(job=job, scheduled_at=T0 - timedelta(seconds=5), finished_at=T0)
-    assert coordinator.purge(T0 + timedelta(seconds=1), timedelta(0)) == 1
+    assert ledger.chores.purge(T0 + timedelta(seconds=1), timedelta(0)) == 1
     assert list(JobRun.objects.values_list("pk", flat=True)) == [after.pk]
     assert not JobRun.objects.filter(pk=before.pk).exists()
+
+
+def test_a_queue_lock_row_an_operator_deleted_is_created_again_and_locked():
+    """The portable path serialises a queue's gated claims on a lease row: one deleted in the
+    admin must not leave the next claims unserialised."""
+    from django.db import transaction
+
+    from django_cluster_jobs.coordination import get_vendor
+    from django_cluster_jobs.models import Lease
+
+    vendor = get_vendor(kind="orm")
+    with transaction.atomic():
+        vendor.lock_queue("reports")
+    Lease.objects.filter(name="queue:reports").delete()
+    locked = []
+    with transaction.atomic():
+        vendor.lock_queue("reports")
+        locked = list(Lease.objects.filter(name="queue:reports").values_list("name", flat=True))
+    assert locked == ["queue:reports"]

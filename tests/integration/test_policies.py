@@ -11,13 +11,13 @@ import pytest
 from django.db import connections
 
 from django_cluster_jobs import services, signals
-from django_cluster_jobs.coordination import get_coordinator
-from django_cluster_jobs.engine.node import sync_definitions
 from django_cluster_jobs.engine.planner import load_planned
-from django_cluster_jobs.engine.runner import Runner
+from django_cluster_jobs.engine.registration import sync_definitions
+from django_cluster_jobs.engine.runner import Runner, Stop
+from django_cluster_jobs.ledger import get_ledger
 from django_cluster_jobs.models import ClusterEvent, EventKind, JobDefinition, JobRun, RunState
+from django_cluster_jobs.policies.retry import Backoff
 from django_cluster_jobs.registry import registry
-from django_cluster_jobs.retry import Backoff
 from tests.clocks import FixedClock
 from tests.conftest import database_url
 
@@ -32,7 +32,7 @@ def env(request):
     sync_definitions(registry, "default")
     planned = load_planned("default", registry)
     clock = FixedClock(T0)
-    runner = Runner(get_coordinator(), clock, "n1")
+    runner = Runner(get_ledger(), clock, "n1")
     sent = defaultdict(list)
     receivers = []
     for name in (
@@ -66,7 +66,7 @@ def run_then_close(runner: Runner, won, p) -> None:
 def take(runner: Runner, clock: FixedClock, planned: dict, name: str):
     """Take the one due pending run of ``name`` and run it in this thread."""
     p = planned[name]
-    [won] = runner.coordinator.claim_pending(
+    [won] = runner.ledger.vendor.take_pending(
         "n1", [p.definition.pk], 1, clock.now(), clock.now() + timedelta(seconds=30)
     )
     runner.run(won, p, won.scheduled_at, won.payload)
@@ -146,9 +146,9 @@ def test_the_breaker_opens_after_consecutive_failures_and_resumes(env):
     from django_cluster_jobs.coordination import Claim
 
     claim = Claim(job.pk, "k", T0)
-    assert runner.coordinator.claim([claim], "n1", T0, T0 + timedelta(seconds=9)) == []
+    assert runner.ledger.vendor.claim([claim], "n1", T0, T0 + timedelta(seconds=9)) == []
     services.resume("tests.breaker")
-    assert len(runner.coordinator.claim([claim], "n1", T0, T0 + timedelta(seconds=9))) == 1
+    assert len(runner.ledger.vendor.claim([claim], "n1", T0, T0 + timedelta(seconds=9))) == 1
 
 
 def test_a_success_in_between_keeps_the_breaker_closed(env):
@@ -179,7 +179,7 @@ def test_a_thread_ignoring_its_timeout_is_concluded_after_the_grace_period(env, 
     runner, _clock, planned, _ = env
     services.enqueue("tests.stubborn", at=T0)
     p = planned["tests.stubborn"]
-    [won] = runner.coordinator.claim_pending("n1", [p.definition.pk], 1, T0, T0 + timedelta(60))
+    [won] = runner.ledger.vendor.take_pending("n1", [p.definition.pk], 1, T0, T0 + timedelta(60))
     worker = threading.Thread(target=run_then_close, args=(runner, won, p), daemon=True)
     worker.start()
     from tests.conftest import wait_until
@@ -204,14 +204,14 @@ def test_a_cancel_request_ends_the_run_cancelled(env):
     runner, _clock, planned, _ = env
     pending = services.enqueue("tests.cancellable", at=T0)
     p = planned["tests.cancellable"]
-    [won] = runner.coordinator.claim_pending("n1", [p.definition.pk], 1, T0, T0 + timedelta(60))
+    [won] = runner.ledger.vendor.take_pending("n1", [p.definition.pk], 1, T0, T0 + timedelta(60))
     worker = threading.Thread(target=run_then_close, args=(runner, won, p), daemon=True)
     worker.start()
     from tests.conftest import wait_until
 
     wait_until(lambda: won.run_id in runner.running, 5)
     assert services.request_cancel(JobRun.objects.get(pk=pending.pk))
-    runner.cancel({won.run_id}, why="cancel")  # what the node's heartbeat does on seeing it
+    runner.cancel({won.run_id}, why=Stop.CANCEL)  # what the node's heartbeat does on seeing it
     worker.join(10)
     run = JobRun.objects.get(pk=pending.pk)
     assert run.state == RunState.CANCELLED
@@ -225,26 +225,28 @@ def test_losing_an_at_most_once_run_sends_run_lost_once(env):
     runner, _clock, planned, sent = env
     run = services.enqueue("tests.long_once", at=T0)
     p = planned["tests.long_once"]
-    [won] = runner.coordinator.claim_pending("n1", [p.definition.pk], 1, T0, T0 + timedelta(60))
-    runner.coordinator.hand_back(won, "n1", T0)
-    runner.coordinator.hand_back(Won(won.run_id, won.job_id, won.key, won.fence), "n1", T0)
+    [won] = runner.ledger.vendor.take_pending("n1", [p.definition.pk], 1, T0, T0 + timedelta(60))
+    runner.ledger.runs.hand_back(won, "n1", T0)
+    runner.ledger.runs.hand_back(Won(won.run_id, won.job_id, won.key, won.fence), "n1", T0)
     assert [(s["run_id"], s["sender"]) for s in sent["run_lost"]] == [(run.pk, "tests.long_once")]
 
 
-def test_a_buffered_run_goes_before_a_new_occurrence_once_its_predecessor_ended(coordinator):
+def test_a_buffered_run_goes_before_a_new_occurrence_once_its_predecessor_ended(ledger):
     """The predecessor ended but was not released yet (or its node died): the new occurrence
     must yield to the buffered run instead of starting beside it."""
-    from django_cluster_jobs.coordination import Claim
-    from django_cluster_jobs.coordination.policies import PARKED, Gate
+    from django_cluster_jobs.coordination import Claim, Refusal
+    from django_cluster_jobs.models import PARKED
+    from django_cluster_jobs.policies.overlap import Gate
     from tests.factories import JobDefinitionFactory, JobRunFactory
 
     job = JobDefinitionFactory(overlap="buffer_one")
     JobRunFactory(job=job, key="a", state=RunState.SUCCEEDED)  # ended, not released
     parked = JobRunFactory(job=job, key="b", state=RunState.PENDING, due_at=PARKED)
-    result = coordinator.claim_gated(
+    result = ledger.gates.claim_gated(
         Claim(job.pk, "c", T0), Gate("buffer_one", 1), "n1", lambda: T0, timedelta(seconds=30)
     )
-    assert result.won is None and result.skipped == "overlap: the buffered run goes first"
+    assert (result.won, result.refusal) == (None, Refusal.OVERLAP)
+    assert result.reason == "overlap: the buffered run goes first"
     assert JobRun.objects.get(pk=parked.pk).due_at == T0
     assert not JobRun.objects.filter(job=job, key="c", state=RunState.RUNNING).exists()
 
@@ -258,8 +260,9 @@ def test_run_skipped_is_sent_once_per_occurrence_however_many_nodes_skip_it(env)
     claim = Claim(p.definition.pk, "2026-05-28T09:00:01Z", T0 + timedelta(seconds=1))
     nodes = [Node(f"n{i}", threads=1) for i in range(3)]
     try:
+        why = "overlap: the previous run is still live"
         for node in nodes:  # three nodes find the same occurrence refused by overlap
-            node._record_skip(p, claim, T0, "overlap: the previous run is still live", "overlap")
+            node.claimer._record_skip(p, claim, T0, why, "overlap")
     finally:
         for node in nodes:
             node.executor.shutdown()
@@ -284,7 +287,7 @@ def test_a_breaker_without_a_cooldown_opens_for_five_minutes_and_the_run_conclud
     for _ in range(2):
         services.enqueue("db-breaker", at=T0)
         p = planned["db-breaker"]
-        [won] = runner.coordinator.claim_pending(
+        [won] = runner.ledger.vendor.take_pending(
             "n1", [job.pk], 1, clock.now(), clock.now() + timedelta(seconds=30)
         )
         runner.run(won, p, won.scheduled_at, won.payload, on_done=done.append)

@@ -12,10 +12,10 @@ from types import SimpleNamespace
 import pytest
 
 from django_cluster_jobs import services
-from django_cluster_jobs.coordination import Claim, get_coordinator
+from django_cluster_jobs.coordination import Claim
 from django_cluster_jobs.engine.catchup import catch_up as leader_catch_up
-from django_cluster_jobs.engine.firing import MISFIRE_GRACE
-from django_cluster_jobs.ledger import changes
+from django_cluster_jobs.engine.claimer import MISFIRE_GRACE
+from django_cluster_jobs.ledger import changes, get_ledger
 from django_cluster_jobs.models import (
     EventKind,
     JobDefinition,
@@ -192,12 +192,12 @@ def test_a_purged_claim_never_lets_its_occurrence_in_again(clock):
     clock.at = may + timedelta(days=9)
     manual = services.trigger(job.name)
     JobRun.objects.filter(pk=manual.pk).update(state=RunState.SUCCEEDED, finished_at=clock.at)
-    purged = get_coordinator().purge(may + timedelta(days=19), timedelta(days=14))
+    purged = get_ledger().chores.purge(may + timedelta(days=19), timedelta(days=14))
     assert purged == 1 and not JobRun.objects.filter(pk=claimed_may.pk).exists()
 
     claim = Claim(job.pk, occurrence_key(may), may, slot=True)
     now = may + timedelta(days=19)
-    assert get_coordinator().claim([claim], "late-node", now, now + 30 * SECOND) == []
+    assert get_ledger().vendor.claim([claim], "late-node", now, now + 30 * SECOND) == []
     catch_up(now)  # a new leader
     assert list(JobRun.objects.filter(job=job).values_list("pk", flat=True)) == [manual.pk]
 
@@ -205,23 +205,23 @@ def test_a_purged_claim_never_lets_its_occurrence_in_again(clock):
 # -- the claim gate --------------------------------------------------------------------------
 
 
-def test_claims_refuse_occurrences_at_or_before_the_mark(coordinator):
+def test_claims_refuse_occurrences_at_or_before_the_mark(ledger):
     job = per_second(T, overlap="allow")
     lease = T + timedelta(minutes=1)
     slots = [Claim(job.pk, occurrence_key(at), at, slot=True) for at in (T - SECOND, T, T + SECOND)]
-    won = coordinator.claim(slots, "n1", T + 2 * SECOND, lease)
+    won = ledger.vendor.claim(slots, "n1", T + 2 * SECOND, lease)
     assert [w.key for w in won] == [occurrence_key(T + SECOND)]
     keyed = Claim(job.pk, "external:invoice-9", T - SECOND)  # not an occurrence of the schedule
-    assert [w.key for w in coordinator.claim([keyed], "n1", T, lease)] == ["external:invoice-9"]
+    assert [w.key for w in ledger.vendor.claim([keyed], "n1", T, lease)] == ["external:invoice-9"]
 
 
-def test_a_claim_refused_by_the_mark_is_explained_by_the_gate(coordinator):
+def test_a_claim_refused_by_the_mark_is_explained_by_the_gate(ledger):
     job = per_second(T, overlap="allow")
-    gate = coordinator.gate_states({job.pk})[job.pk]
+    gate = ledger.gates.gate_states({job.pk})[job.pk]
     assert gate.refusal(Claim(job.pk, "k", T, slot=True), T) == "settled"
     assert gate.refusal(Claim(job.pk, "k", T + SECOND, slot=True), T) is None
     JobDefinition.objects.filter(pk=job.pk).update(paused_until=T + 10 * SECOND)
-    gate = coordinator.gate_states({job.pk})[job.pk]
+    gate = ledger.gates.gate_states({job.pk})[job.pk]
     assert gate.refusal(Claim(job.pk, "k", T + SECOND, slot=True), T) == "paused"
 
 
@@ -236,3 +236,57 @@ def test_a_miss_recorded_by_a_change_belongs_to_no_node(clock):
     assert set(missed.values_list("node", "fence")) == {("", 0)}
     kinds = RunEvent.objects.filter(run__in=missed).values_list("kind", flat=True)
     assert set(kinds) == {EventKind.MISSED}
+
+
+# -- 8.9: a node whose clock is wrong never leads (SQLite) ------------------------------------
+
+
+class Ticking:
+    """A monotonic clock the test moves."""
+
+    def __init__(self) -> None:
+        self.at = 100.0
+
+    def __call__(self) -> float:
+        return self.at
+
+
+def test_a_wrong_clock_is_judged_only_over_a_window_every_live_node_heartbeats_in():
+    """Two looks too close together see no heartbeat advance: that must not read as "no other
+    node is live, so I may lead" (a node five minutes ahead led that way under load)."""
+    from django_cluster_jobs.engine.clockcheck import ClockCheck
+    from django_cluster_jobs.models import WorkerNode
+    from tests.factories import WorkerNodeFactory
+
+    interval = timedelta(seconds=5)
+    for name in ("a", "b", "c"):
+        WorkerNodeFactory(node_id=name, last_heartbeat=T)
+    ticking = Ticking()
+    check = ClockCheck("default", "ahead", monotonic=ticking)
+    ahead = T + timedelta(minutes=5)
+    assert check.verdict(ahead).waiting
+    ticking.at += 0.2  # a second look before any of them heartbeat again
+    assert check.verdict(ahead).refuses
+    WorkerNode.objects.update(last_heartbeat=T + interval)
+    ticking.at += 4.0  # still within one interval of the first look: nothing judged yet
+    assert check.verdict(ahead + interval).refuses
+    WorkerNode.objects.update(last_heartbeat=T + 2 * interval)
+    ticking.at += 4.0
+    verdict = check.verdict(ahead + 2 * interval)
+    assert verdict.refuses and not verdict.waiting
+    assert "its clock disagrees with a, whose last heartbeat" in verdict.reason
+
+
+def test_a_clock_that_agrees_may_lead_once_the_others_are_seen_live():
+    from django_cluster_jobs.engine.clockcheck import ClockCheck
+    from django_cluster_jobs.models import WorkerNode
+    from tests.factories import WorkerNodeFactory
+
+    for name in ("a", "b"):
+        WorkerNodeFactory(node_id=name, last_heartbeat=T)
+    ticking = Ticking()
+    check = ClockCheck("default", "me", monotonic=ticking)
+    assert check.verdict(T).waiting
+    WorkerNode.objects.update(last_heartbeat=T + timedelta(seconds=5))
+    ticking.at += 8.0
+    assert not check.verdict(T + timedelta(seconds=8)).refuses

@@ -10,7 +10,7 @@ import pytest
 from django.utils import timezone
 
 from django_cluster_jobs import services
-from django_cluster_jobs.coordination import get_coordinator
+from django_cluster_jobs.ledger import get_ledger
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState
 from tests.conftest import wait_until
 from tests.models import Effect
@@ -41,7 +41,7 @@ def test_two_nodes_serve_on_while_poisoned_definitions_runs_and_results_arrive(s
         state=RunState.PENDING, payload={"value": 1}, created_at=poisoned_at,
     )  # fmt: skip
     odd = services.enqueue("tests.odd_result", {"kind": "nested"})
-    get_coordinator().notify_pending()  # the raw rows above were written without a notification
+    get_ledger().vendor.notify_pending()  # the raw rows above were written without a notification
 
     done = (RunState.SUCCEEDED, RunState.FAILED)
     ends = JobRun.objects.filter(pk__in=[poison_run.pk, huge.pk, odd.pk], state__in=done)

@@ -5,7 +5,7 @@ of time passing, node claims (some missed: a busy node), outages, leader passes,
 not), resumes, disables, enables, schedule edits, node re-plans and purges. It uses the product's
 own pieces wherever they are pure: which occurrences of (mark, until] are due
 (``ledger.settle.span_of``), the misfire policy (``policies.misfire.decide``), the claim gate
-(``coordination.base.slot_refused``), the node's re-plan point (the later of the mark and what it
+(``coordination.orm.slot_refused``), the node's re-plan point (the later of the mark and what it
 collected) and the rule that a change settles under the old definition and moves the mark.
 
 After every step it checks the invariant of docs/explanation/settled-through.md: no occurrence is
@@ -24,10 +24,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from django_cluster_jobs.coordination.base import Claim, slot_refused
+from django_cluster_jobs.choices import Misfire
+from django_cluster_jobs.coordination import Claim
+from django_cluster_jobs.coordination.orm import slot_refused
 from django_cluster_jobs.ledger.settle import span_of
 from django_cluster_jobs.models import JobDefinition
-from django_cluster_jobs.policies.misfire import SKIP, Policy, decide
+from django_cluster_jobs.policies.misfire import Policy, decide
 from django_cluster_jobs.schedules import Every, occurrence_key
 
 T0 = datetime(2026, 5, 28, 9, 0, tzinfo=UTC)
@@ -92,7 +94,7 @@ class Protocol(RuleBasedStateMachine):
         live = [k for k, (s, _) in self.rows.items() if s == "pending"]
         policy = Policy.of(self.definition(state))
         if record_only:
-            policy = replace(policy, misfire=SKIP)
+            policy = replace(policy, misfire=Misfire.SKIP)
         plan = decide(policy, missing, self.now, catching_up=live[0] if live else None)
         for at, _why in plan.missed:
             self.decide(occurrence_key(at), "missed", self.now)

@@ -22,8 +22,8 @@ from django_cluster_jobs.models import (
     ScheduleKind,
     Source,
 )
+from django_cluster_jobs.policies.retry import Backoff
 from django_cluster_jobs.registry import registry
-from django_cluster_jobs.retry import Backoff
 from django_cluster_jobs.validation import (
     COLUMNS,
     check_run_inputs,

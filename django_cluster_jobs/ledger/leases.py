@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 
+from ..conf import app_settings
+from ..coordination.base import lease_row
 from ..models import Lease
 
 
@@ -25,22 +26,6 @@ class Held:
     fence: int
     expires_at: datetime
     acquired: bool  # True when this call took it over (a change of holder)
-
-
-#: (alias, name) of lease rows known to exist, so renewals skip the existence check.
-_EXISTING: set[tuple[str, str]] = set()
-
-
-def _ensure(alias: str, name: str) -> None:
-    if (alias, name) in _EXISTING:
-        return
-    if not Lease.objects.using(alias).filter(name=name).exists():
-        try:
-            with transaction.atomic(using=alias):
-                Lease.objects.using(alias).create(name=name)
-        except IntegrityError:
-            pass  # created by a racer: fine
-    _EXISTING.add((alias, name))
 
 
 def acquire(
@@ -58,8 +43,7 @@ def acquire(
     no re-read, since only this token's holder writes this token and the fence changes only when
     the holder does (which goes through the other branch).
     """
-    _ensure(alias, name)
-    leases = Lease.objects.using(alias).filter(name=name)
+    leases = lease_row(alias, name)
     until = now + ttl
     if leases.filter(token=token, expires_at__gt=now).update(expires_at=until):
         if previous is not None and previous.token == token and previous.name == name:
@@ -70,8 +54,8 @@ def acquire(
         holder=holder, token=token, fence=F("fence") + 1, acquired_at=now, expires_at=until
     ):
         return _held(alias, name, token, acquired=True)
-    if (alias, name) in _EXISTING and not leases.exists():  # the row was deleted: recreate
-        _EXISTING.discard((alias, name))
+    if not leases.exists():  # an operator deleted the row: create it again and take it
+        lease_row(alias, name, recheck=True)
         return acquire(alias, name, holder, token, now, ttl)  # no previous: it was lost
     return None
 
@@ -103,3 +87,8 @@ def release(alias: str, held: Held) -> bool:
         .filter(name=held.name, token=held.token)
         .update(holder="", token="", expires_at=None)
     )
+
+
+def lease_until(now: datetime) -> datetime:
+    """When a run lease taken or renewed at ``now`` expires (LEASE_TTL later)."""
+    return now + timedelta(seconds=app_settings.LEASE_TTL)

@@ -1,0 +1,127 @@
+"""The values that cross the vendor layer: claims, runs won, heartbeats, gates and their answers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Refusal(StrEnum):
+    """Why a claim inserted nothing, when another node did not win it (a skip counter too)."""
+
+    DISABLED = "disabled"
+    PAUSED = "paused"
+    SETTLED = "settled"  # the job's mark already decided the occurrence
+    CHANGED = "changed"  # planned from an older revision of the definition
+    OVERLAP = "overlap"  # a live run of a no-overlap job holds its lane
+    CONCURRENCY = "max_concurrency"
+    QUEUE_LIMIT = "queue_limit"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """One occurrence this node wants to run."""
+
+    job_id: int
+    key: str
+    scheduled_at: datetime
+    outcome: str = "won"
+    priority: int = 0
+    payload: dict = field(default_factory=dict)
+    #: True for an occurrence of the job's schedule (a slot): refused at or before the job's
+    #: ``settled_through`` mark, in a pause, or when planned from another ``revision`` of the
+    #: definition than the stored one. Startup, window and explicitly keyed external claims are not.
+    slot: bool = False
+    revision: int = 0
+
+
+@dataclass(frozen=True)
+class Won:
+    """A claim this node won: the run row it now owns, under ``fence``."""
+
+    run_id: int
+    job_id: int
+    key: str
+    fence: int = 1
+    attempt: int = 1
+    scheduled_at: datetime | None = None
+    payload: dict | None = None
+
+
+@dataclass(frozen=True)
+class WindowResult:
+    """The answer to a fixed-delay window claim: the run won, or when to ask again."""
+
+    won: Won | None = None
+    next_check: datetime | None = None
+
+
+@dataclass(frozen=True)
+class NodeStats:
+    """What a node reports at each heartbeat."""
+
+    clock_offset_ms: float = 0.0
+    claims_won: int = 0
+    claims_lost: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)
+
+    def fields(self) -> dict[str, Any]:
+        return {
+            "clock_offset_ms": self.clock_offset_ms,
+            "claims_won": self.claims_won,
+            "claims_lost": self.claims_lost,
+            "skipped": dict(self.skipped),
+        }
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """What a heartbeat learned: the node's status as stored, the runs it still owns, the
+    definitions counter, and the database's clock when the statement could read it (PostgreSQL)
+    at no extra cost."""
+
+    status: str
+    owned_runs: frozenset[int]
+    cancel_requested: frozenset[int] = frozenset()
+    db_time: datetime | None = None
+    #: The definitions counter (models.Counter), read by the same statement; None when absent.
+    definitions: int | None = None
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """What a gated claim did: won, buffered, or refused (with the skip row's reason)."""
+
+    won: Won | None = None
+    buffered: bool = False
+    refusal: Refusal | None = None
+    reason: str = ""
+    cancelled: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class GateState:
+    """A job's claim gate as the database has it: why a claim of one of its occurrences failed."""
+
+    enabled: bool
+    paused_until: datetime | None
+    settled_through: datetime
+    revision: int = 0
+    live_key: str | None = None
+
+    def refusal(self, claim: Claim, now: datetime) -> Refusal | None:
+        """Return why the gate refused ``claim``, or None when another node won it."""
+        if not self.enabled:
+            return Refusal.DISABLED
+        until = self.paused_until
+        if until is not None and (until > now or (claim.slot and claim.scheduled_at < until)):
+            return Refusal.PAUSED
+        if claim.slot and claim.revision != self.revision:
+            return Refusal.CHANGED
+        if claim.slot and claim.scheduled_at <= self.settled_through:
+            return Refusal.SETTLED
+        if self.live_key is not None and self.live_key != claim.key:
+            return Refusal.OVERLAP
+        return None

@@ -1,0 +1,111 @@
+"""A node's row in the registry of nodes, and the code-declared jobs it copies to the database."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from importlib.metadata import PackageNotFoundError, version
+
+from django.db import DatabaseError, OperationalError, transaction
+
+from ..coordination import is_lock_timeout
+from ..models import JobDefinition, NodeStatus, Source, WorkerNode
+from ..registry import Job
+from .executor import release_broken_connections
+
+logger = logging.getLogger("django_cluster_jobs.engine.node")
+
+#: Seconds a starting node waits out a busy SQLite database ("database is locked").
+BUSY_WAIT = 60.0
+
+
+def package_version() -> str:
+    try:
+        return version("django-cluster-jobs")
+    except PackageNotFoundError:  # pragma: no cover - running from a source tree
+        return "unknown"
+
+
+def register(alias: str, node_id: str, tags: Iterable[str], now: datetime) -> None:
+    """Record the node as active, started now; wait out a database busy with other writers."""
+    deadline = time.monotonic() + BUSY_WAIT
+    while True:
+        try:
+            return _register(alias, node_id, tags, now)
+        except OperationalError as exc:
+            if not is_lock_timeout(exc) or time.monotonic() > deadline:
+                raise
+            logger.warning("database busy while %s registers; waiting", node_id,
+                           extra={"node": node_id})  # fmt: skip
+            release_broken_connections()
+            time.sleep(0.5)
+
+
+def _register(alias: str, node_id: str, tags: Iterable[str], now: datetime) -> None:
+    WorkerNode.objects.using(alias).update_or_create(
+        node_id=node_id,
+        defaults={
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "version": package_version(),
+            "tags": sorted(tags),
+            "status": NodeStatus.ACTIVE,
+            "started_at": now,
+            "last_heartbeat": now,
+            "stopped_at": None,
+        },
+    )
+
+
+def set_status(alias: str, node_id: str, **fields: object) -> None:
+    """Update the node's row; a database error is logged, the node goes on stopping."""
+    try:
+        WorkerNode.objects.using(alias).filter(node_id=node_id).update(**fields)
+    except DatabaseError:
+        logger.warning("could not update node %s (%s)", node_id, fields.get("status", ""),
+                       exc_info=True, extra={"node": node_id})  # fmt: skip
+
+
+def sync_definitions(jobs: Iterable[Job], alias: str) -> None:
+    """Upsert every code-declared job; an operator's enabled flag on an existing row is kept.
+
+    A row of the same name that an operator created (source database) is never taken over: the
+    code job is left out and the conflict logged (``manage.py check`` reports it too). A job
+    whose row cannot be stored is logged and left out; the others are synced.
+    """
+    for declared in jobs:
+        try:
+            _sync_one(declared, alias)
+        except DatabaseError as exc:
+            if is_lock_timeout(exc):
+                raise
+            logger.error("job %r cannot be stored (%s); it is not scheduled", declared.name, exc,
+                         extra={"job": declared.name})  # fmt: skip
+
+
+def _sync_one(declared: Job, alias: str) -> None:
+    fields = declared.definition_fields()
+    with transaction.atomic(using=alias):
+        row, created = JobDefinition.objects.using(alias).get_or_create(
+            name=declared.name, defaults={**fields, "enabled": declared.enabled}
+        )
+        if created:
+            return
+        if row.source != Source.CODE:
+            logger.error(
+                "job %r is declared in code (%s) but an operator's database job has that name; "
+                "the database job is kept and the code job is not scheduled",
+                declared.name,
+                declared.origin,
+                extra={"job": declared.name},
+            )
+            return
+        changed = [k for k, v in fields.items() if getattr(row, k) != v]
+        if changed:
+            for name in changed:
+                setattr(row, name, fields[name])
+            row.save(using=alias, update_fields=[*changed, "updated_at"])

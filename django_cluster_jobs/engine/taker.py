@@ -1,0 +1,108 @@
+"""The taker: start the due pending runs (enqueued, retried, taken over) a node has room for."""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import DatabaseError
+
+from ..conf import app_settings
+from ..coordination import Won
+from ..ledger.leases import lease_until
+from ..policies.overlap import limited
+from .claimer import lease_ttl
+from .executor import release_broken_connections
+from .planner import Planned
+from .protocols import ClaimerHost
+
+logger = logging.getLogger("django_cluster_jobs.engine.node")
+
+
+class Taker:
+    """Looks for due pending runs when notified, at their due time, or at each poll."""
+
+    def __init__(self, host: ClaimerHost) -> None:
+        self.host = host
+        #: When to look for pending runs next; None while nothing is known to come.
+        self.due: datetime | None = None
+        #: True while due runs wait for a free thread (or a job's or queue's limit).
+        self.blocked = False
+
+    def wake(self) -> None:
+        """Look for pending runs now (from any thread)."""
+        self.due = self.host.clock.now()
+        self.host.wake.set()
+
+    def thread_freed(self) -> None:
+        """A handler finished: if due pending runs were waiting for a thread, look now."""
+        if self.blocked:
+            self.wake()
+
+    def tick(self, planned: dict[str, Planned], now: datetime) -> None:
+        """Take what is due, if it is time to look; then plan the next look."""
+        if self.due is None or self.due > now:
+            return
+        jobs = {p.definition.pk: p for p in planned.values()}
+        free = 0 if self.host.stopping else self.host.free_threads()
+        taken, next_due = self._take(jobs, free, now)
+        for won in taken:
+            self.host.start_run(won, jobs[won.job_id], won.scheduled_at or now, won.payload or {})
+        self._plan(now, next_due)
+
+    def _take(
+        self, jobs: dict[int, Planned], free: int, now: datetime
+    ) -> tuple[list[Won], datetime | None]:
+        # A node that polls reads first, so an idle poll writes nothing (on SQLite it takes no
+        # writer lock). A listening node looks only when notified or at a known due time, when
+        # there is most likely something to take, so it takes first.
+        ledger = self.host.ledger
+        try:
+            next_due = now if self.host.listening and free > 0 else None
+            if next_due is None:
+                next_due = ledger.next_pending_due(list(jobs))
+            if free < 1 or next_due is None or next_due > now:
+                return [], next_due
+            taken = self._take_limited(jobs, free)
+            fast = [pk for pk, p in jobs.items() if limited(p.definition) is None]
+            if free > len(taken) and fast:
+                taken += ledger.vendor.take_pending(
+                    self.host.node_id, fast, free - len(taken), now, lease_until(now)
+                )
+            return taken, ledger.next_pending_due(list(jobs))
+        except Exception as exc:  # a database error, or a stored run the take cannot rank
+            release_broken_connections()
+            logger.warning(
+                "could not take pending runs (fail-closed): %s", exc, extra=self.host.log_extra,
+                exc_info=not isinstance(exc, DatabaseError),
+            )  # fmt: skip
+            return [], None
+
+    def _take_limited(self, jobs: dict[int, Planned], free: int) -> list[Won]:
+        """Take pending runs of jobs with a concurrency or queue limit, one at a time, locked."""
+        taken: list[Won] = []
+        for pk, planned in jobs.items():
+            gate = limited(planned.definition)
+            while gate is not None and len(taken) < free:
+                won = self.host.ledger.gates.claim_pending_gated(
+                    self.host.node_id, pk, gate, self.host.clock.now, lease_ttl()
+                )
+                if not won:
+                    break
+                taken += won
+        return taken
+
+    def _plan(self, now: datetime, next_due: datetime | None) -> None:
+        """Look again when the next pending run is due; poll where nothing will notify us.
+
+        A run still due after a pass could not be taken (no free thread, or its job or queue is
+        at its limit): look again a poll interval later, or as soon as a thread here frees up,
+        never in a busy loop.
+        """
+        poll = now + timedelta(seconds=app_settings.POLL_INTERVAL)
+        self.blocked = next_due is not None and next_due <= now
+        if self.blocked:
+            next_due = poll
+        if not self.host.listening:
+            next_due = min(next_due, poll) if next_due else poll
+        self.due = next_due

@@ -1,0 +1,175 @@
+"""Fenced writes on one run: its end, its retry, its release, and its timeline.
+
+Each write compares the fencing token the writer holds, so a writer that lost the run (its lease
+expired and another node took it) changes nothing: the write matches zero rows and is recorded
+as fenced out. Written once over the ORM for every database.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F, QuerySet
+
+from ..coordination import Vendor, Won
+from ..models import PARKED, Cause, Delivery, EventKind, JobRun, RunEvent, RunState
+from .signals import after_commit
+
+
+class Runs:
+    """What the node that holds a run writes about it."""
+
+    def __init__(self, vendor: Vendor) -> None:
+        self.vendor, self.alias = vendor, vendor.alias
+
+    def held(self, won: Won) -> QuerySet[JobRun]:
+        """The run ``won`` names, while it is still running under that fence."""
+        return JobRun.objects.using(self.alias).filter(
+            pk=won.run_id, fence=won.fence, state=RunState.RUNNING
+        )
+
+    def finish(
+        self,
+        won: Won,
+        node: str,
+        state: str,
+        now: datetime,
+        *,
+        result: Any = None,
+        error: str = "",
+        traceback: str = "",
+    ) -> bool:
+        """Record a run's end if this node still holds its fence; False means fenced out."""
+        with transaction.atomic(using=self.alias):
+            updated = self.held(won).update(
+                state=state,
+                finished_at=now,
+                result=result,
+                error=error,
+                traceback=traceback,
+                lease_expires_at=None,
+            )
+            kind = state if updated else EventKind.FENCED_OUT
+            reason = f"{error}\n\n{traceback}".strip()
+            if not updated:
+                reason = f"completion as {state} rejected: fence {won.fence} is stale"
+            self.record(won.run_id, kind, node, won.fence, reason, now)
+        return bool(updated)
+
+    def retry(
+        self,
+        won: Won,
+        node: str,
+        now: datetime,
+        due_at: datetime,
+        state: str,
+        error: str,
+        traceback: str,
+    ) -> bool:
+        """Send a failed attempt back to pending, due at ``due_at``, as the next attempt."""
+        with transaction.atomic(using=self.alias):
+            updated = self.held(won).update(
+                state=RunState.PENDING,
+                due_at=due_at,
+                attempt=F("attempt") + 1,
+                fence=won.fence + 1,
+                node="",
+                lease_expires_at=None,
+                error=error,
+                traceback=traceback,
+                reason="retry",
+                cause=Cause.RETRY,
+            )
+            if updated:
+                failure = f"{error}\n\n{traceback}".strip()
+                self.record(won.run_id, state, node, won.fence, failure, now)
+                next_attempt = f"attempt {won.attempt + 1} due at {due_at:%H:%M:%S.%f}"
+                self.record(won.run_id, EventKind.RETRIED, node, won.fence + 1, next_attempt, now)
+                transaction.on_commit(self.vendor.notify_pending, using=self.alias)
+        return bool(updated)
+
+    def hand_back(
+        self, won: Won, node: str, now: datetime, cause: str = Cause.HANDED_BACK
+    ) -> str | None:
+        """Release a run this node cannot finish: pending again (at least once) or lost (at most
+        once). Returns the new state, or None when the fence was already stale."""
+        delivery = (
+            JobRun.objects.using(self.alias)
+            .filter(pk=won.run_id)
+            .values_list("job__delivery", flat=True)
+            .first()
+        )
+        with transaction.atomic(using=self.alias):
+            return self.release(won.run_id, won.fence, node, now, cause, "handed back", delivery)
+
+    def release(
+        self,
+        pk: int,
+        fence: int,
+        node: str,
+        now: datetime,
+        cause: str,
+        reason: str,
+        delivery: str | None,
+        *,
+        expired: bool = False,
+    ) -> str | None:
+        """Release a running run under ``fence``: lost (at most once) or pending again as the
+        next attempt. With ``expired`` (the reaper) only while its lease is still expired."""
+        runs = JobRun.objects.using(self.alias).filter(pk=pk, fence=fence, state=RunState.RUNNING)
+        if expired:  # a lease renewed since the reaper read it is no longer expired
+            runs = runs.filter(lease_expires_at__lt=now)
+        if delivery == Delivery.AT_MOST_ONCE:
+            return self._lose(runs, pk, fence, node, now, reason)
+        back = runs.update(
+            state=RunState.PENDING,
+            due_at=now,
+            node="",
+            lease_expires_at=None,
+            fence=fence + 1,
+            attempt=F("attempt") + 1,
+            reason=reason,
+            cause=cause,
+        )
+        if back:
+            kind = EventKind.HANDED_BACK if cause == Cause.HANDED_BACK else EventKind.LEASE_EXPIRED
+            again = f"{reason}; pending again as the next attempt"
+            self.record(pk, kind, node, fence + 1, again, now)
+            transaction.on_commit(self.vendor.notify_pending, using=self.alias)
+        return RunState.PENDING if back else None
+
+    def _lose(self, runs, pk: int, fence: int, node: str, now: datetime, reason: str) -> str | None:
+        lost = runs.update(
+            state=RunState.LOST,
+            finished_at=now,
+            lease_expires_at=None,
+            fence=fence + 1,
+            reason=f"{reason} (at most once: not re-run)",
+        )
+        if not lost:
+            return None
+        after_commit(self.alias, "run_lost", pk, node, reason=reason)
+        self.record(pk, EventKind.LOST, node, fence + 1,
+                    f"{reason}; at-most-once delivery, never re-run", now)  # fmt: skip
+        return RunState.LOST
+
+    def release_buffered(self, job_id: int, now: datetime) -> int:
+        """Make the job's buffered run due now (its predecessor ended)."""
+        released = (
+            JobRun.objects.using(self.alias)
+            .filter(job_id=job_id, state=RunState.PENDING, due_at=PARKED)
+            .update(due_at=now)
+        )
+        if released:
+            self.vendor.notify_pending()
+        return released
+
+    def record(
+        self, run_id: int, kind: str, node: str, fence: int | None, reason: str, now: datetime
+    ) -> None:
+        """Append one event to a run's timeline."""
+        RunEvent.objects.using(self.alias).create(
+            run_id=run_id, kind=kind, node=node, fence=fence, reason=reason, at=now
+        )
