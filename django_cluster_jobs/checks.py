@@ -59,6 +59,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "CLAIM_BATCH_SIZE": (_count, "a whole number, 1 or more"),
     "GRACE_PERIOD": (lambda v: _number(v) and v >= 0, "a number of seconds, 0 or more"),
     "POLL_INTERVAL": (_positive, SECONDS),
+    "PRESENCE": (lambda v: isinstance(v, bool), "True or False"),
     "LEASE_TTL": (_positive, SECONDS),
     "HEARTBEAT_INTERVAL": (_positive, SECONDS),
     "DEAD_AFTER": (_positive, SECONDS),

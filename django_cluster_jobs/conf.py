@@ -39,6 +39,10 @@ class Defaults:
     DATABASE: str = "default"
     #: "auto", "postgresql", "sqlite" or "orm".
     COORDINATION: str = "auto"
+    #: Whether a node's death is noticed at once (a session lock on PostgreSQL, a look at the
+    #: process on SQLite) rather than when its leases expire. Turn it off behind a pooler in
+    #: transaction mode, which cannot hold a session lock.
+    PRESENCE: bool = True
     #: Seconds a run lease lasts without renewal.
     LEASE_TTL: float = 30.0
     #: Seconds between heartbeats (node row, run leases, clock offset).

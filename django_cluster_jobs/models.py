@@ -150,6 +150,7 @@ class Cause(models.TextChoices):
     RETRY = "retry", _("retry after a failed attempt")
     LEASE_EXPIRED = "lease_expired", _("its node's lease expired")
     HANDED_BACK = "handed_back", _("handed back by a stopping node")
+    NODE_LOST = "node_lost", _("its node's process ended")
     BUFFERED = "buffered", _("buffered behind a live run")
 
 
@@ -264,6 +265,7 @@ class EventKind(models.TextChoices):
     LOST = "lost", _("lost")
     FENCED_OUT = "fenced_out", _("fenced out")
     HANDED_BACK = "handed_back", _("handed back")
+    NODE_LOST = "node_lost", _("node lost")
     DEAD_LETTERED = "dead", _("dead-lettered")
     REPLAYED = "replayed", _("replayed")
     SKIPPED = "skipped", _("skipped")
@@ -301,6 +303,12 @@ class WorkerNode(models.Model):
     node_id = models.CharField(max_length=200, unique=True)
     host = models.CharField(max_length=200, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)
+    process = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text=_("This registration's process identity: its host, process id and start time, "
+                    "so a peer on the same host can tell that the process ended."),
+    )  # fmt: skip
     version = models.CharField(max_length=50, blank=True)
     tags = models.JSONField(default=list, blank=True)
     status = models.CharField(max_length=10, choices=NodeStatus.choices, default=NodeStatus.ACTIVE)

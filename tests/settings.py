@@ -69,6 +69,7 @@ CLUSTER_JOBS = {
     "LEADER_TTL": env.float("CLUSTER_JOBS_LEADER_TTL", default=2.0),
     "DEAD_AFTER": env.float("CLUSTER_JOBS_DEAD_AFTER", default=4.0),
     "COORDINATION": env.str("CLUSTER_JOBS_COORDINATION", default="auto"),
+    "PRESENCE": env.bool("CLUSTER_JOBS_TEST_PRESENCE", default=True),
     "EXECUTOR_THREADS": 4,
     "CLOCK": env.str("CLUSTER_JOBS_TEST_CLOCK", default="tests.clocks.EnvSkewedClock"),
     "QUEUE_LIMITS": {"limited": 2},

@@ -37,6 +37,10 @@ class Features:
     clock_is_local: bool = False
     #: Row locks that do not block foreign-key checks (FOR NO KEY UPDATE).
     no_key_locks: bool = False
+    #: Session advisory locks, released by the server when the session ends: a node's death is
+    #: an event a peer waits for (engine.presence). Where the clock is local instead, every node
+    #: shares the host and a peer looks at the process itself.
+    session_locks: bool = False
 
 
 class Vendor(ABC):

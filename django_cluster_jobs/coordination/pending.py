@@ -51,7 +51,7 @@ def rank_key(
 
 def taken_kind(cause: str) -> str:
     """The timeline entry of a run being taken: a takeover when its previous owner went away."""
-    released = cause in (Cause.LEASE_EXPIRED, Cause.HANDED_BACK)
+    released = cause in (Cause.LEASE_EXPIRED, Cause.HANDED_BACK, Cause.NODE_LOST)
     return EventKind.TAKEN_OVER if released else EventKind.STARTED
 
 

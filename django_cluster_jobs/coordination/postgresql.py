@@ -15,7 +15,7 @@ from . import sql
 from .base import Features, json_param
 from .orm import ORMVendor
 from .pending import BOUNDS, aging_step, take_native
-from .types import Claim, Heartbeat, NodeStats, Won
+from .types import Claim, Heartbeat, NodeStats, Won, peers_of
 
 #: First key of the two-int advisory lock space, so ours cannot collide with the application's
 #: single-bigint locks ("CJ" in ASCII).
@@ -50,7 +50,7 @@ class PostgreSQLVendor(ORMVendor):
 
     name = "postgresql"
     features: ClassVar[Features] = Features(
-        listens=True, skip_locked=True, returning=True, no_key_locks=True
+        listens=True, skip_locked=True, returning=True, no_key_locks=True, session_locks=True
     )
 
     def claim(
@@ -131,11 +131,12 @@ class PostgreSQLVendor(ORMVendor):
         with conn.cursor() as cursor:
             cursor.execute(query, params)
             rows = cursor.fetchall()
-        owned = [(run_id, cancel) for _, run_id, cancel, _, _ in rows if run_id is not None]
+        owned = [(row[1], row[2]) for row in rows if row[1] is not None]
         return Heartbeat(
             rows[0][0] or "",
             frozenset(r for r, _ in owned),
             frozenset(r for r, c in owned if c),
             db_time=rows[0][3],
             definitions=rows[0][4],
+            peers=peers_of(rows[0][5]),
         )

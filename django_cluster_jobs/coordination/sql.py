@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from ..models import Counter, JobDefinition, JobRun, RunEvent
+from ..models import Counter, JobDefinition, JobRun, RunEvent, WorkerNode
 
 COUNTER = Counter._meta.db_table
+NODE = WorkerNode._meta.db_table
 RUN = JobRun._meta.db_table
 JOB = JobDefinition._meta.db_table
 EVENT = RunEvent._meta.db_table
@@ -86,7 +87,8 @@ INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason) VALUES (%s, %s, 'cla
 """
 
 # PostgreSQL heartbeat: node row and every lease of its running runs in one round trip, with the
-# database's clock for the node's offset measurement and the definitions counter.
+# database's clock for the node's offset measurement, the definitions counter and the live nodes
+# (for presence: engine.presence).
 # Parameters: last_heartbeat, clock_offset_ms, claims_won, claims_lost, skipped, node,
 # lease_until, node, the ids of the runs the node executes and, in the same order, their fences.
 # A lease is renewed only under the fence the node holds.
@@ -102,18 +104,24 @@ WITH n AS (
     RETURNING id, cancel_requested
 )
 SELECT (SELECT status FROM n), r.id, r.cancel_requested, clock_timestamp(),
-       (SELECT value FROM {COUNTER} WHERE name = 'definitions')
+       (SELECT value FROM {COUNTER} WHERE name = 'definitions'),
+       (SELECT json_agg(json_build_array(id, node_id, process) ORDER BY id) FROM {NODE}
+        WHERE status IN ('active', 'draining'))
 FROM (SELECT 1) AS one LEFT JOIN r ON true
 """
 
-# SQLite heartbeat: the node row, returning its status and the definitions counter, in one
+# SQLite heartbeat: the node row, returning its status, the definitions counter and the live
+# nodes, in one
 # statement (with no run to renew, the whole heartbeat). Parameters: last_heartbeat,
 # clock_offset_ms, claims_won, claims_lost, skipped, node.
 SQLITE_HEARTBEAT = f"""
 UPDATE {{node_table}} SET last_heartbeat = %s, clock_offset_ms = %s, claims_won = %s,
                          claims_lost = %s, skipped = %s
 WHERE node_id = %s
-RETURNING status, (SELECT value FROM {COUNTER} WHERE name = 'definitions')
+RETURNING status, (SELECT value FROM {COUNTER} WHERE name = 'definitions'),
+          (SELECT json_group_array(json_array(id, node_id, process)) FROM
+             (SELECT id, node_id, process FROM {NODE}
+              WHERE status IN ('active', 'draining') ORDER BY id))
 """
 
 # SQLite: renew the leases of the runs the node executes, each under its fence. Parameters:
@@ -162,7 +170,7 @@ PRIORITY_ORDER = "priority DESC, due_at, id"
 # cause, a code: see pending.taken_kind).
 TAKEN_EVENTS = f"""
 INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
-SELECT id, %s, CASE WHEN cause IN ('lease_expired', 'handed_back')
+SELECT id, %s, CASE WHEN cause IN ('lease_expired', 'handed_back', 'node_lost')
                     THEN 'taken_over' ELSE 'started' END, node, fence, reason
 FROM {RUN} WHERE id IN ({{ids}})
 """

@@ -12,7 +12,7 @@ from . import sql
 from .base import Features, dt_param, json_param
 from .orm import ORMVendor
 from .pending import BOUNDS, aging_step, take_native
-from .types import Claim, Heartbeat, NodeStats, Won
+from .types import Claim, Heartbeat, NodeStats, Won, peers_of
 
 
 @contextmanager
@@ -98,12 +98,13 @@ class SQLiteVendor(ORMVendor):
                 flat = [value for pair in pairs for value in pair]
                 cursor.execute(renew, [dt_param(conn, lease_until), node, *flat])
                 owned = [(run_id, bool(cancel)) for run_id, cancel in cursor.fetchall()]
-        status, definitions = row if row else ("", None)
+        status, definitions, peers = row if row else ("", None, None)
         return Heartbeat(
             status or "",
             frozenset(r for r, _ in owned),
             frozenset(r for r, c in owned if c),
             definitions=definitions,
+            peers=peers_of(peers),
         )
 
     def take_pending(

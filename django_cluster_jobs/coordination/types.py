@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -77,6 +78,32 @@ class NodeStats:
 
 
 @dataclass(frozen=True)
+class Peer:
+    """A live node as a heartbeat sees it: its registry row, id and process identity."""
+
+    pk: int
+    node_id: str
+    process: str
+
+
+def peers_of(rows: Any) -> tuple[Peer, ...]:
+    """Peers from the ``[[pk, node_id, process], ...]`` a heartbeat statement returns (a JSON
+    text on SQLite, already decoded on PostgreSQL); nothing from anything else."""
+    if isinstance(rows, str | bytes):
+        try:
+            rows = json.loads(rows)
+        except ValueError:
+            return ()
+    if not isinstance(rows, list):
+        return ()
+    return tuple(
+        Peer(int(row[0]), str(row[1]), str(row[2] or ""))
+        for row in rows
+        if isinstance(row, list) and len(row) == 3 and isinstance(row[0], int)
+    )
+
+
+@dataclass(frozen=True)
 class Heartbeat:
     """What a heartbeat learned: the node's status as stored, the runs it still owns, the
     definitions counter, and the database's clock when the statement could read it (PostgreSQL)
@@ -88,6 +115,8 @@ class Heartbeat:
     db_time: datetime | None = None
     #: The definitions counter (models.Counter), read by the same statement; None when absent.
     definitions: int | None = None
+    #: The live nodes (active or draining), this one included, where the statement reads them.
+    peers: tuple[Peer, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -108,6 +108,7 @@ class HeartbeatThread(PeriodicThread):
         )
         if beat.cancel_requested:
             host.runner.cancel(set(beat.cancel_requested), why=Stop.CANCEL)
+        host.peers_seen(beat.peers)
         return beat.definitions
 
     def _notice_lost_runs(self, lost: set[int]) -> None:
@@ -126,9 +127,9 @@ class HeartbeatThread(PeriodicThread):
     def _revive(self, now: datetime) -> None:
         host, alias = self.host, self.host.ledger.alias
         status = NodeStatus.DRAINING if host.stopping else NodeStatus.ACTIVE
-        WorkerNode.objects.using(alias).filter(
-            node_id=host.node_id, status=NodeStatus.DEAD
-        ).update(status=status)
+        WorkerNode.objects.using(alias).filter(node_id=host.node_id, status=NodeStatus.DEAD).update(
+            status=status
+        )
         ClusterEvent.objects.using(alias).create(
             at=now, kind=ClusterEventKind.NODE_REVIVED, node=host.node_id,
             detail="heartbeat resumed after the node was marked dead",

@@ -12,14 +12,14 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError
 from django.utils.module_loading import import_string
 
 from ..conf import app_settings
-from ..coordination import Won
+from ..coordination import Peer, Won
 from ..ledger import Ledger, get_ledger
 from ..models import NodeStatus, RunState
 from ..registry import Registry, registry
@@ -32,7 +32,8 @@ from .heartbeat import HeartbeatThread
 from .leader import Leader, LeaderThread
 from .periodic import PeriodicThread
 from .planner import Planned, load_planned
-from .registration import register, set_status, sync_definitions
+from .presence import LocalPresence, SessionPresence, process_alive, process_token
+from .registration import previous_registration, register, set_status, sync_definitions
 from .runner import Runner
 from .taker import Taker
 
@@ -83,6 +84,9 @@ class Node:
         self.leader = Leader(self)
         self.leader_thread = LeaderThread(self.leader)
         self.listener = self._make_listener()
+        self.presence = self._make_presence()
+        #: This registration's process identity (WorkerNode.process).
+        self.process = process_token()
         #: How often each background thread (by name) was restarted after it died.
         self.restarts: Counter[str] = Counter()
         #: Why the node stopped on its own (the command exits non-zero), "" otherwise.
@@ -97,6 +101,22 @@ class Node:
         from .listener import PendingListener
 
         return PendingListener(self.ledger.alias, self.node_id, self.taker.wake)
+
+    def _make_presence(self) -> SessionPresence | LocalPresence | None:
+        features = self.ledger.vendor.features
+        if not app_settings.PRESENCE:
+            return None
+        if features.session_locks:
+            return SessionPresence(
+                self.ledger.alias,
+                self.node_id,
+                self._node_lost,
+                self._presence_lost,
+                self._presence_regained,
+            )
+        if features.clock_is_local:
+            return LocalPresence(self.node_id, self._node_lost)
+        return None
 
     # -- what the parts see (engine.protocols) ------------------------------------------------
 
@@ -125,6 +145,33 @@ class Node:
     def request_reload(self) -> None:
         self._reload.set()
         self.wake.set()
+
+    def peers_seen(self, peers: Sequence[Peer]) -> None:
+        """The live nodes the heartbeat read: presence watches them."""
+        if self.presence is not None:
+            self.presence.observe(peers)
+
+    def _node_lost(self, peer: Peer, how: str) -> None:
+        """A peer's process ended (presence saw it): release its runs now, not at lease expiry."""
+        now = self.clock.now()
+        released = self.ledger.chores.node_lost(peer.node_id, peer.process, self.node_id, now, how)
+        if released is None:
+            return  # it registered again meanwhile: its runs are its new process's
+        logger.warning("node %s ended (%s): released %d run(s)", peer.node_id, how, released,
+                       extra=self.log_extra)  # fmt: skip
+        self.leader_thread.poke()  # a leader lease it held is free now
+        self.taker.wake()
+
+    def _presence_regained(self) -> None:
+        """This node holds its presence lock again after losing it: it registers a new process
+        identity, so peers that took it for dead watch it again."""
+        self.process = process_token()
+        set_status(self.ledger.alias, self.node_id, process=self.process)
+
+    def _presence_lost(self) -> None:
+        """This node's presence session ended: a peer may release its runs; the heartbeat, at
+        once, cancels the handlers of those that are no longer this node's."""
+        self.heartbeat.poke()
 
     def request_stop(self, reason: str = "signal") -> None:
         """Stop claiming at once; the loop then drains. Safe from signal handlers and threads."""
@@ -161,7 +208,10 @@ class Node:
         occurrence late while a node that started after it claims the next one.
         """
         sync_definitions(self.registry, self.ledger.alias)
-        self.register()
+        self._take_presence()
+        pk = self.register()
+        if self.presence is not None and self.presence.own is None:
+            self.presence.hold(pk)  # the first registration of this node id
         # The clock first: the node's start and its first plan are instants in cluster time.
         self.heartbeat.measure()
         self._mark_started()
@@ -171,6 +221,8 @@ class Node:
         self.executor.start()
         for thread in self._threads():
             thread.start()
+        if self.presence is not None:
+            self.presence.start()
         self.taker.wake()
         self.claimer.fire_startup_jobs(self.clock.now())
         logger.info("node %s started with %d job(s)", self.node_id, len(self.planned),
@@ -190,6 +242,8 @@ class Node:
             logger.warning("could not resign leadership", exc_info=True, extra=self.log_extra)
         self.executor.shutdown()
         self._set_status(NodeStatus.STOPPED, stopped=True)
+        if self.presence is not None:  # last: a peer must not take a stopping node for dead
+            self.presence.stop(timeout=app_settings.HEARTBEAT_INTERVAL + 5)
         release_broken_connections()
         logger.info("node %s stopped", self.node_id, extra=self.log_extra)
 
@@ -215,10 +269,26 @@ class Node:
             logger.warning("handed back %s @ %s: now %s", run.planned.name, run.won.key,
                            state or "owned by another node", extra=self.log_extra)  # fmt: skip
 
-    def register(self) -> None:
-        """Record this node as active (waiting out a busy database)."""
+    def register(self) -> int:
+        """Record this node as active (waiting out a busy database); return its row's id."""
         self._registered = time.monotonic()
-        register(self.ledger.alias, self.node_id, self.tags, self.clock.now())
+        return register(self.ledger.alias, self.node_id, self.tags, self.clock.now(), self.process)
+
+    def _take_presence(self) -> None:
+        """Take this node id's presence, then release what its previous process left running
+        when that process is known to be gone: on PostgreSQL once this node holds the id's
+        presence lock, on SQLite when that process no longer runs on this host."""
+        presence = self.presence
+        if presence is None:
+            return
+        previous = previous_registration(self.ledger.alias, self.node_id)
+        if previous is None:
+            return
+        pk, process = previous
+        held = presence.hold(pk) and isinstance(presence, SessionPresence)
+        if process and (held or process_alive(process) is False):
+            how = "a new process registered with its id; the previous one ended"
+            self.ledger.chores.node_lost(self.node_id, process, self.node_id, self.clock.now(), how)
 
     def _mark_started(self) -> None:
         """Plan from the moment this node registered, in cluster time, and store that moment.
@@ -283,7 +353,10 @@ class Node:
     def _supervise(self) -> None:
         """Restart a background thread that died; stop the node, failed, if they keep dying: a
         node must never claim without heartbeating (others would take its runs over)."""
-        for name, thread in (("heartbeat", self.heartbeat), ("leader", self.leader_thread)):
+        threads = [("heartbeat", self.heartbeat), ("leader", self.leader_thread)]
+        if self.presence is not None:
+            threads.append(("presence", self.presence))
+        for name, thread in threads:
             if self.stopping or thread.is_alive() or not thread.started:
                 continue
             self.restarts[name] += 1
@@ -295,10 +368,8 @@ class Node:
                 return
             logger.error("the %s thread of %s died; restarting it", name, self.node_id,
                          extra=self.log_extra)  # fmt: skip
-            if name == "heartbeat":
-                self.heartbeat = fresh = self.heartbeat.restarted()
-            else:
-                self.leader_thread = fresh = self.leader_thread.restarted()
+            fresh = thread.restarted()
+            setattr(self, {"leader": "leader_thread"}.get(name, name), fresh)
             fresh.start()
 
     # -- starting runs ------------------------------------------------------------------------

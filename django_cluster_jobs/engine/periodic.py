@@ -28,6 +28,7 @@ class PeriodicThread(threading.Thread):
     def __init__(self, name: str) -> None:
         super().__init__(name=name, daemon=True)
         self._halt = threading.Event()
+        self._poke = threading.Event()
 
     def interval(self) -> float:
         raise NotImplementedError
@@ -39,7 +40,11 @@ class PeriodicThread(threading.Thread):
         try:
             if self.at_once and not self._halt.is_set():
                 self.step_contained()
-            while not self._halt.wait(self.interval()):
+            while True:
+                self._poke.wait(self.interval())
+                self._poke.clear()
+                if self._halt.is_set():
+                    break
                 self.step_contained()
         finally:
             connections.close_all()
@@ -63,7 +68,12 @@ class PeriodicThread(threading.Thread):
     def started(self) -> bool:
         return self.ident is not None
 
+    def poke(self) -> None:
+        """Take the next step now rather than at the end of the interval."""
+        self._poke.set()
+
     def stop(self, timeout: float = 10.0) -> None:
         self._halt.set()
+        self._poke.set()
         if self.is_alive():
             self.join(timeout=timeout)

@@ -17,6 +17,7 @@ from ..validation import row_errors
 
 logger = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class Planned:
     """A definition the node fires: the database row, its registered code and its schedule."""

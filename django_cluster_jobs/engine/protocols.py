@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from ..coordination import Won
+from ..coordination import Peer, Won
 from ..ledger import Ledger
 from .clock import Clock
 from .planner import Planned
@@ -71,6 +71,8 @@ class HeartbeatHost(Logs, Protocol):
 
     def request_reload(self) -> None: ...
 
+    def peers_seen(self, peers: Sequence[Peer]) -> None: ...
+
 
 class LeaderHost(Logs, Protocol):
     """What the leader uses."""
@@ -79,4 +81,3 @@ class LeaderHost(Logs, Protocol):
     ledger: Ledger
 
     def job_names(self) -> list[str]: ...
-

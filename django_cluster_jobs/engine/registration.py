@@ -30,12 +30,13 @@ def package_version() -> str:
         return "unknown"
 
 
-def register(alias: str, node_id: str, tags: Iterable[str], now: datetime) -> None:
-    """Record the node as active, started now; wait out a database busy with other writers."""
+def register(alias: str, node_id: str, tags: Iterable[str], now: datetime, process: str) -> int:
+    """Record the node as active, started now, in this process; return its row's id. Waits out
+    a database busy with other writers."""
     deadline = time.monotonic() + BUSY_WAIT
     while True:
         try:
-            return _register(alias, node_id, tags, now)
+            return _register(alias, node_id, tags, now, process)
         except OperationalError as exc:
             if not is_lock_timeout(exc) or time.monotonic() > deadline:
                 raise
@@ -45,12 +46,13 @@ def register(alias: str, node_id: str, tags: Iterable[str], now: datetime) -> No
             time.sleep(0.5)
 
 
-def _register(alias: str, node_id: str, tags: Iterable[str], now: datetime) -> None:
-    WorkerNode.objects.using(alias).update_or_create(
+def _register(alias: str, node_id: str, tags: Iterable[str], now: datetime, process: str) -> int:
+    row, _ = WorkerNode.objects.using(alias).update_or_create(
         node_id=node_id,
         defaults={
             "host": socket.gethostname(),
             "pid": os.getpid(),
+            "process": process,
             "version": package_version(),
             "tags": sorted(tags),
             "status": NodeStatus.ACTIVE,
@@ -58,6 +60,14 @@ def _register(alias: str, node_id: str, tags: Iterable[str], now: datetime) -> N
             "last_heartbeat": now,
             "stopped_at": None,
         },
+    )
+    return row.pk
+
+
+def previous_registration(alias: str, node_id: str) -> tuple[int, str] | None:
+    """The row id and process identity this node id was last registered with, if any."""
+    return (
+        WorkerNode.objects.using(alias).filter(node_id=node_id).values_list("pk", "process").first()
     )
 
 

@@ -9,10 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
+from django.db import transaction
 from django.db.models import F, OuterRef, Subquery
 
 from ..coordination import Vendor
 from ..models import (
+    LEADER_LEASE,
     LIVE_STATES,
     Cause,
     ClusterEvent,
@@ -21,6 +23,7 @@ from ..models import (
     EventKind,
     JobDefinition,
     JobRun,
+    Lease,
     NodeStatus,
     RunEvent,
     RunState,
@@ -32,6 +35,8 @@ from .signals import after_commit
 
 #: Takeovers allowed beyond a job's max_attempts before the run is dead-lettered (poison pill).
 MAX_TAKEOVERS = 2
+#: The statuses of a node that is meant to be running.
+LIVE_NODE = (NodeStatus.ACTIVE, NodeStatus.DRAINING)
 #: Most finished runs one purge deletes (the next purge takes the rest).
 PURGE_BATCH = 10_000
 
@@ -83,7 +88,7 @@ class Chores:
     def mark_dead_nodes(self, now: datetime, dead_after: timedelta, leader: str) -> list[str]:
         """Mark nodes silent for longer than ``dead_after`` dead; return their ids."""
         silent = WorkerNode.objects.using(self.alias).filter(
-            status__in=(NodeStatus.ACTIVE, NodeStatus.DRAINING), last_heartbeat__lt=now - dead_after
+            status__in=LIVE_NODE, last_heartbeat__lt=now - dead_after
         )
         dead = list(silent.values_list("node_id", flat=True))
         silent.filter(node_id__in=dead).update(status=NodeStatus.DEAD)
@@ -93,6 +98,45 @@ class Chores:
             for node_id in dead
         )
         return dead
+
+    def node_lost(
+        self, node_id: str, process: str | None, by: str, now: datetime, how: str
+    ) -> int | None:
+        """Release the running runs of a node whose process ended, at once (not at lease expiry).
+
+        ``process`` is the registration seen alive (WorkerNode.process): nothing is done when the
+        row has another one since (the node restarted and registered again, so its runs are no
+        longer the dead process's) or is gone; None releases whatever the node id still runs (its
+        own restart, which holds the node's presence lock). The node is marked dead when it was
+        live, a leader lease it held is freed, and its runs go the way of an expired lease:
+        pending again (at least once) or lost (at most once), each fenced. Returns how many runs
+        were released, or None when the row had changed.
+        """
+        with transaction.atomic(using=self.alias):
+            rows = WorkerNode.objects.using(self.alias).filter(node_id=node_id)
+            if process is not None:
+                rows = rows.filter(process=process)
+            if not list(rows.select_for_update().values_list("pk", flat=True)):
+                return None
+            detail = f"{how}; marked dead by {by}"
+            if rows.filter(status__in=LIVE_NODE).update(status=NodeStatus.DEAD):
+                ClusterEvent.objects.using(self.alias).create(
+                    at=now, kind=ClusterEventKind.NODE_DEAD, node=node_id, detail=detail
+                )
+            Lease.objects.using(self.alias).filter(
+                name=LEADER_LEASE, holder=node_id, expires_at__gt=now
+            ).update(expires_at=now)
+            running = (
+                JobRun.objects.using(self.alias)
+                .filter(node=node_id, state=RunState.RUNNING)
+                .values_list("pk", "fence", "job__delivery")
+            )
+            reason = f"node {node_id} ended ({how})"
+            released = 0
+            for pk, fence, delivery in running:
+                state = self.runs.release(pk, fence, by, now, Cause.NODE_LOST, reason, delivery)
+                released += state is not None
+        return released
 
     def purge(self, now: datetime, keep: timedelta) -> int:
         """Delete finished runs that ended more than ``keep`` ago, with their events.

@@ -143,9 +143,7 @@ class Gates:
             JobDefinition.objects.using(self.alias)
             .filter(pk__in=list(job_ids))
             .annotate(live_key=Subquery(lane.values("key")[:1]))
-            .values_list(
-                "pk", "enabled", "paused_until", "settled_through", "revision", "live_key"
-            )
+            .values_list("pk", "enabled", "paused_until", "settled_through", "revision", "live_key")
         )
         return {pk: GateState(*fields) for pk, *fields in rows}
 

@@ -17,6 +17,9 @@ from ..coordination import Vendor, Won
 from ..models import PARKED, Cause, Delivery, EventKind, JobRun, RunEvent, RunState
 from .signals import after_commit
 
+#: The timeline entry of a run released by its cause.
+RELEASED_KIND = {Cause.HANDED_BACK: EventKind.HANDED_BACK, Cause.NODE_LOST: EventKind.NODE_LOST}
+
 
 class Runs:
     """What the node that holds a run writes about it."""
@@ -134,7 +137,7 @@ class Runs:
             cause=cause,
         )
         if back:
-            kind = EventKind.HANDED_BACK if cause == Cause.HANDED_BACK else EventKind.LEASE_EXPIRED
+            kind = RELEASED_KIND.get(cause, EventKind.LEASE_EXPIRED)
             again = f"{reason}; pending again as the next attempt"
             self.record(pk, kind, node, fence + 1, again, now)
             transaction.on_commit(self.vendor.notify_pending, using=self.alias)

@@ -58,8 +58,6 @@ def gate_of(definition: Any) -> Gate | None:
 def limited(definition: Any) -> Gate | None:
     """The gate for taking a job's pending runs: its max_concurrency and queue limit, if any."""
     queue_limit = app_settings.QUEUE_LIMITS.get(definition.queue)
-    if definition.placement != Placement.CLUSTER or not (
-        definition.max_concurrency or queue_limit
-    ):
+    if definition.placement != Placement.CLUSTER or not (definition.max_concurrency or queue_limit):
         return None
     return Gate(definition.overlap, definition.max_concurrency, definition.queue, queue_limit)

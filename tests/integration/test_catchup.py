@@ -465,9 +465,9 @@ def test_each_settling_pass_leaves_one_cluster_event_and_missed_rows_belong_to_n
     assert set(missed.values_list("node", "fence", "finished_at", "created_at")) == {
         ("", 0, NOW, NOW)
     }
-    assert set(
-        RunEvent.objects.filter(run__in=missed).values_list("kind", "node", "at")
-    ) == {(EventKind.MISSED, node.node_id, NOW)}
+    assert set(RunEvent.objects.filter(run__in=missed).values_list("kind", "node", "at")) == {
+        (EventKind.MISSED, node.node_id, NOW)
+    }
     assert RunEvent.objects.filter(run__in=missed).count() == missed.count()
     pending = JobRun.objects.get(state=RunState.PENDING)
     assert (pending.node, pending.finished_at, pending.due_at) == ("", None, NOW)

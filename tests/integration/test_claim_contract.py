@@ -271,7 +271,11 @@ def test_heartbeat_renews_only_the_leases_of_runs_this_node_executes(ledger):
     assert beat.owned_runs == {mine.pk} and beat.status == "active"
     values = dict(JobRun.objects.values_list("pk", "lease_expires_at"))
     assert values == {
-        mine.pk: later, theirs.pk: LEASE, done.pk: LEASE, orphan.pk: LEASE, stale.pk: LEASE
+        mine.pk: later,
+        theirs.pk: LEASE,
+        done.pk: LEASE,
+        orphan.pk: LEASE,
+        stale.pk: LEASE,
     }
     from django_cluster_jobs.models import WorkerNode
 

@@ -278,9 +278,7 @@ def test_one_call_returns_the_runs_it_took_in_rank_order(ledger):
     ("overdue", "first"),
     [(0, "high"), (179, "high"), (180, "low"), (181, "low"), (3600, "low")],
 )
-def test_an_old_low_priority_run_beats_a_fresh_high_one_once_aged_enough(
-    ledger, overdue, first
-):
+def test_an_old_low_priority_run_beats_a_fresh_high_one_once_aged_enough(ledger, overdue, first):
     job = JobDefinitionFactory()
     high = pending(job, 3, 0)
     low = pending(job, 0, overdue)  # three points behind: level after 180 s, ahead after

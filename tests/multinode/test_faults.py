@@ -87,20 +87,34 @@ def kinds(run: JobRun) -> list[str]:
     return list(run.events.values_list("kind", flat=True))
 
 
-def test_killed_owner_at_least_once_run_is_taken_over(start_scheduler):
-    nodes = two_nodes(start_scheduler, jobs="every_second")
+#: A lease far longer than any deadline below: a takeover within it came from presence.
+LONG_LEASE = {"CLUSTER_JOBS_LEASE_TTL": "60", "CLUSTER_JOBS_DEAD_AFTER": "60"}
+#: The promise: a killed node's runs are released within 2 s; the deadline leaves room for the
+#: survivor to take the run and for this process to see it on a loaded machine.
+TAKEOVER_DEADLINE = 5.0
+
+
+def test_killed_owner_at_least_once_run_is_taken_over_at_once(start_scheduler):
+    """Presence: the killed node's session (PostgreSQL) or process (SQLite) ends, and a peer
+    releases its run long before the 60 s lease could expire."""
+    nodes = two_nodes(start_scheduler, jobs="every_second", **LONG_LEASE)
     wait_until(lambda: WorkerNode.objects.filter(status="active").count() == 2, 30)
     run = services.enqueue("tests.long")
     owner = wait_until(lambda: running_on(run), 30)
     first_fence = JobRun.objects.get(pk=run.pk).fence
+    survivor = "y" if owner == "x" else "x"
     nodes[owner].kill()
     killed_at = timezone.now()
+    wait_until(lambda: JobRun.objects.filter(pk=run.pk, node=survivor, attempt=2).exists(),
+               TAKEOVER_DEADLINE)  # fmt: skip
+    assert WorkerNode.objects.get(node_id=owner).status == NodeStatus.DEAD
     wait_until(lambda: JobRun.objects.get(pk=run.pk).state == RunState.SUCCEEDED, 40)
     run.refresh_from_db()
-    survivor = "y" if owner == "x" else "x"
     assert (run.attempt, run.node) == (2, survivor)
     assert run.fence > first_fence and run.result == {"node": survivor, "attempt": 2}
-    assert EventKind.LEASE_EXPIRED in kinds(run) and EventKind.TAKEN_OVER in kinds(run)
+    assert EventKind.NODE_LOST in kinds(run) and EventKind.TAKEN_OVER in kinds(run)
+    released = run.events.get(kind=EventKind.NODE_LOST)
+    assert released.node == survivor and f"node {owner} ended" in released.reason
     # The next occurrences keep firing on the survivor.
     assert JobRun.objects.filter(
         job__name="tests.every_second",
@@ -110,19 +124,85 @@ def test_killed_owner_at_least_once_run_is_taken_over(start_scheduler):
 
 
 def test_killed_owner_at_most_once_run_is_lost_not_rerun(start_scheduler):
-    nodes = two_nodes(start_scheduler)
+    nodes = two_nodes(start_scheduler, **LONG_LEASE)
     wait_until(lambda: WorkerNode.objects.filter(status="active").count() == 2, 30)
     run = services.enqueue("tests.long_once")
     owner = wait_until(lambda: running_on(run), 30)
     nodes[owner].kill()
-    wait_until(lambda: JobRun.objects.get(pk=run.pk).state == RunState.LOST, 40)
+    wait_until(lambda: JobRun.objects.get(pk=run.pk).state == RunState.LOST, TAKEOVER_DEADLINE)
     time.sleep(1.0)  # bounded: a wrongful re-run would have started within a poll interval
     run.refresh_from_db()
-    assert run.attempt == 1 and run.state == RunState.LOST and "lease expired" in run.reason
+    assert run.attempt == 1 and run.state == RunState.LOST
+    assert f"node {owner} ended" in run.reason
     assert Effect.objects.filter(key=run.key).count() == 1, "an at-most-once run ran again"
     assert EventKind.LOST in kinds(run)
     nxt = services.enqueue("tests.manual", {"value": 1})
     wait_until(lambda: JobRun.objects.get(pk=nxt.pk).state == RunState.SUCCEEDED, 20)
+
+
+def test_a_restarted_node_releases_what_its_killed_process_left_running(start_scheduler):
+    """A single node killed and started again with the same id: no peer saw it die, and its
+    new process releases the old one's run as it starts, not when the 60 s lease expires."""
+    first = start_scheduler("solo", "--duration", "40", **LONG_LEASE)
+    wait_until(lambda: WorkerNode.objects.filter(node_id="solo", status="active").exists(), 30)
+    run = services.enqueue("tests.long")
+    wait_until(lambda: running_on(run), 30)
+    first.kill()
+    start_scheduler("solo", "--duration", "40", **LONG_LEASE)
+    wait_until(lambda: JobRun.objects.filter(pk=run.pk, attempt=2).exists(), 30)
+    released = run.events.get(kind=EventKind.NODE_LOST)
+    assert "previous one ended" in released.reason
+    wait_until(lambda: JobRun.objects.get(pk=run.pk).state == RunState.SUCCEEDED, 30)
+    assert JobRun.objects.get(pk=run.pk).attempt == 2
+
+
+def test_killed_owner_without_presence_is_released_at_lease_expiry(start_scheduler):
+    """PRESENCE off (behind a pooler in transaction mode): the lease still recovers the run."""
+    nodes = two_nodes(start_scheduler, CLUSTER_JOBS_TEST_PRESENCE="0")
+    wait_until(lambda: WorkerNode.objects.filter(status="active").count() == 2, 30)
+    run = services.enqueue("tests.long")
+    owner = wait_until(lambda: running_on(run), 30)
+    nodes[owner].kill()
+    wait_until(lambda: JobRun.objects.get(pk=run.pk).state == RunState.SUCCEEDED, 40)
+    run.refresh_from_db()
+    assert run.attempt == 2 and EventKind.LEASE_EXPIRED in kinds(run)
+    assert EventKind.NODE_LOST not in kinds(run)
+
+
+@pytest.mark.postgresql
+def test_a_node_cut_from_its_presence_session_loses_its_runs_to_fencing(start_scheduler):
+    """A partition of the presence session alone: a peer releases the run at once (either node
+    may take it again: the cut one lives on); the cut node cancels its first attempt's handler
+    at its next heartbeat, and that attempt's late write is fenced out. The run is released
+    once: the cut node is not taken for dead again while it takes its lock back."""
+    nodes = two_nodes(start_scheduler, CLUSTER_JOBS_TEST_LONG="6", **LONG_LEASE)
+    wait_until(lambda: WorkerNode.objects.filter(status="active").count() == 2, 30)
+    run = services.enqueue("tests.long")
+    owner = wait_until(lambda: running_on(run), 30)
+    owner_fence = JobRun.objects.get(pk=run.pk).fence
+    other = "y" if owner == "x" else "x"
+    process_before = WorkerNode.objects.get(node_id=owner).process
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s",
+            [f"cluster-jobs-hold:{owner}"],
+        )
+        assert cursor.fetchall() == [(True,)], "no presence session to cut"
+    wait_until(lambda: JobRun.objects.filter(pk=run.pk, attempt=2).exists(), TAKEOVER_DEADLINE)
+    fenced = wait_until(
+        lambda: run.events.filter(kind=EventKind.FENCED_OUT, node=owner, fence=owner_fence).first(),
+        30,
+    )
+    wait_until(lambda: JobRun.objects.get(pk=run.pk).state == RunState.SUCCEEDED, 30)
+    run.refresh_from_db()
+    assert run.attempt == 2 and run.result == {"node": run.node, "attempt": 2}
+    assert fenced.at < run.finished_at
+    released = run.events.filter(kind=EventKind.NODE_LOST)
+    assert list(released.values_list("node", flat=True)) == [other], "released more than once"
+    assert "lost its presence session" in nodes[owner].output()
+    assert WorkerNode.objects.get(node_id=owner).process != process_before
+    # The cut node takes its lock again and goes on: it is active, watched again.
+    wait_until(lambda: WorkerNode.objects.get(node_id=owner).status == NodeStatus.ACTIVE, 10)
 
 
 def test_paused_owner_is_fenced_out_when_it_wakes(start_scheduler):

@@ -125,6 +125,8 @@ def test_unknown_database_alias():
         ("RETENTION_DAYS", -3, "a positive number of days", 14.0),
         ("GRACE_PERIOD", -0.5, "a number of seconds, 0 or more", 30.0),
         ("NODE_ID", "", "None or a non-empty str", None),
+        ("PRESENCE", "no", "True or False", True),
+        ("PRESENCE", 0, "True or False", True),
         ("NODE_TAGS", "gpu", "a list or tuple of str", ()),
         ("NODE_TAGS", ["gpu", 1], "a list or tuple of str", ()),
         ("EPOCH", datetime(2026, 1, 1), "an aware datetime", "EPOCH"),
@@ -158,6 +160,7 @@ def test_invalid_value(key, value, expected, default):
         ("NODE_TAGS", ["gpu", "eu"]),
         ("NODE_TAGS", frozenset({"gpu"})),
         ("LEASE_TTL", 1),
+        ("PRESENCE", False),
         ("EPOCH", datetime.fromisoformat("2026-01-01T00:00:00+01:00")),
         ("CLOCK", "django_cluster_jobs.engine.clock.Clock"),
     ],
@@ -291,8 +294,8 @@ def e005(mode: object) -> checks.Error:
         f"The ledger database 'default' is SQLite with transaction_mode {mode!r}: a write that "
         "starts as a read cannot wait for the lock, so nodes fail with 'database is locked'.",
         hint="Add \"transaction_mode\": \"IMMEDIATE\" to DATABASES['default']['OPTIONS'] "
-        "(with a busy timeout), e.g. \"OPTIONS\": {\"transaction_mode\": \"IMMEDIATE\", "
-        "\"timeout\": 20}.",
+        '(with a busy timeout), e.g. "OPTIONS": {"transaction_mode": "IMMEDIATE", '
+        '"timeout": 20}.',
         id="cluster_jobs.E005",
     )
 

@@ -20,6 +20,7 @@ DEFAULTS = {
     "POLL_INTERVAL": 1.0,
     "DATABASE": "default",
     "COORDINATION": "auto",
+    "PRESENCE": True,
     "LEASE_TTL": 30.0,
     "HEARTBEAT_INTERVAL": 5.0,
     "DEAD_AFTER": 60.0,

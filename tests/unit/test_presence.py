@@ -1,0 +1,84 @@
+"""Presence: how a node tells that a peer's process ended, and who watches whom."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from django_cluster_jobs.coordination.types import Peer, peers_of
+from django_cluster_jobs.engine.presence import process_alive, process_token, successor
+
+
+def test_this_process_is_alive_by_its_token():
+    assert process_alive(process_token()) is True
+
+
+def test_two_registrations_of_one_process_differ():
+    assert process_token() != process_token()
+
+
+def test_an_ended_process_is_dead_by_its_token():
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        host, scope, _, _, rand = process_token().split("|")
+        stat = Path(f"/proc/{child.pid}/stat").read_text()
+        token = f"{host}|{scope}|{child.pid}|{stat.rsplit(')', 1)[1].split()[19]}|{rand}"
+        assert process_alive(token) is True
+        child.kill()
+        # Not reaped yet: a zombie, which counts as ended as soon as the kill lands.
+        deadline = time.monotonic() + 10
+        while process_alive(token) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert process_alive(token) is False
+        child.wait(timeout=10)
+        assert process_alive(token) is False
+    finally:
+        child.kill()
+        child.wait(timeout=10)
+
+
+def test_a_reused_process_id_is_told_apart_by_its_start_time():
+    host, scope, pid, started, rand = process_token().split("|")
+    assert process_alive(f"{host}|{scope}|{pid}|{int(started) + 1}|{rand}") is False
+
+
+def test_what_cannot_be_judged_is_left_to_the_lease():
+    host, scope, pid, started, rand = process_token().split("|")
+    other_host = f"{host}|someone-else/1|{pid}|{started}|{rand}"
+    for token in ("", "garbage", other_host, f"{host}||{pid}||{rand}", f"{host}|{scope}|x|1|r"):
+        assert process_alive(token) is None, token
+    assert os.getpid() == int(pid)
+
+
+def test_peers_are_read_from_either_form_and_nothing_else():
+    rows = [[1, "a", "t1"], [2, "b", None]]
+    expected = (Peer(1, "a", "t1"), Peer(2, "b", ""))
+    assert peers_of(rows) == expected
+    assert peers_of('[[1, "a", "t1"], [2, "b", null]]') == expected
+    for junk in (None, "not json", "{}", 5, [[1, 2]], [["1", "a", "t"]]):
+        assert peers_of(junk) == ()
+
+
+@given(st.sets(st.integers(min_value=1, max_value=10_000), min_size=1, max_size=30))
+def test_the_ring_watches_every_node_exactly_once(pks):
+    peers = [Peer(pk, f"n{pk}", "") for pk in pks]
+    watched = [successor(peers, pk) for pk in pks]
+    if len(pks) == 1:
+        assert watched == [None]
+        return
+    assert all(w is not None for w in watched)
+    assert sorted(w.pk for w in watched) == sorted(pks)  # each watched by exactly one peer
+    assert all(w.pk != pk for w, pk in zip(watched, pks, strict=True))
+
+
+def test_a_node_missing_from_the_list_still_watches_the_next():
+    peers = [Peer(5, "e", ""), Peer(9, "i", "")]
+    assert successor(peers, 7) == Peer(9, "i", "")
+    assert successor(peers, 10) == Peer(5, "e", "")
+    assert successor(peers, None) is None
