@@ -1,5 +1,6 @@
 """Settings of the test suite: the database comes from DATABASE_URL (default: an SQLite file)."""
 
+import sys
 from pathlib import Path
 
 import environ
@@ -51,7 +52,9 @@ TEMPLATES = [
 
 # The pytest run creates test_<name>; scheduler subprocesses started by the tests get the
 # test database's own URL in DATABASE_URL and CLUSTER_JOBS_TEST_CHILD=1, so they use it as is.
-DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{BASE_DIR / 'tests.sqlite3'}")}
+# The SQLite file is named by the Python version, so suites of two versions can run at once.
+_SQLITE = BASE_DIR / f"tests-py{sys.version_info[0]}{sys.version_info[1]}.sqlite3"
+DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{_SQLITE}")}
 _db = DATABASES["default"]
 if _db["ENGINE"].endswith("sqlite3"):
     _db["OPTIONS"] = {
