@@ -295,6 +295,7 @@ class Node:
                 return
             logger.error("the %s thread of %s died; restarting it", name, self.node_id,
                          extra=self.log_extra)  # fmt: skip
+            fresh: threading.Thread
             if name == "heartbeat":
                 self.heartbeat = fresh = self.heartbeat.restarted()
             else:
