@@ -6,8 +6,9 @@ import inspect
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import (
+    TYPE_CHECKING,
     Any,
     Concatenate,
     Generic,
@@ -25,6 +26,9 @@ from . import bounds, columns, payloads, schedules, validation
 from .choices import Delivery, Executor, Misfire, Overlap, Placement
 from .context import RunContext
 from .exceptions import DuplicateJob, ImproperlyDeclared, RegistryNotReady, UnknownJob
+
+if TYPE_CHECKING:
+    from .models import JobRun
 
 #: Options of @job that are JobDefinition columns under the same name.
 COLUMN_OPTIONS = (
@@ -56,7 +60,7 @@ class Job(Generic[P, R]):
     catch_up_window: timedelta | None = None
     catch_up_limit: int = 10
     max_attempts: int = 1
-    backoff: dict = field(default_factory=dict)
+    backoff: dict[str, Any] = field(default_factory=dict)
     dont_retry: tuple[type[BaseException], ...] = ()
     breaker_threshold: int | None = None
     breaker_cooldown: timedelta | None = None
@@ -66,7 +70,7 @@ class Job(Generic[P, R]):
     queue: str = "default"
     max_concurrency: int | None = None
     requires: frozenset[str] = frozenset()
-    payload: dict = field(default_factory=dict)
+    payload: dict[str, Any] = field(default_factory=dict)
     enabled: bool = True
     #: True: the handler's first positional argument is the RunContext; False: never; None:
     #: inferred from the first parameter (see :func:`infers_context`).
@@ -114,7 +118,7 @@ class Job(Generic[P, R]):
 
     def enqueue(
         self, *, idempotency_key: str | None = None, priority: int | None = None, **payload: Any
-    ) -> Any:
+    ) -> JobRun:
         """Run this job once, as soon as a node is free; returns the pending JobRun.
 
         Keyword arguments become the handler's payload, except two reserved ones: with
@@ -127,12 +131,12 @@ class Job(Generic[P, R]):
 
     def enqueue_at(
         self,
-        when: Any,
+        when: datetime,
         *,
         idempotency_key: str | None = None,
         priority: int | None = None,
         **payload: Any,
-    ) -> Any:
+    ) -> JobRun:
         """Run this job once at ``when`` (an aware datetime); returns the pending JobRun."""
         from .services import enqueue
 
@@ -269,7 +273,7 @@ def _cron(job_name: str, expr: Any, tz: Any) -> schedules.Cron:
     return schedules.Cron(expr, tz)
 
 
-def check_payload(job_name: str, payload: Any) -> dict:
+def check_payload(job_name: str, payload: Any) -> dict[str, Any]:
     """Return ``payload`` as it will be stored (a JSON object); else raise InvalidPayload."""
     return payloads.cleaned(job_name, payload)
 
@@ -290,13 +294,15 @@ def _name(func: Any, given: Any) -> str:
     default = default_name(func)
     label = given if isinstance(given, str) and given else default or "?"
     _check_callable(func, label)
-    if given is None and default is None:
-        hint = "this callable has no __qualname__ to name the job after: pass name="
-        raise ImproperlyDeclared("?", "name", func, hint)
-    if given is not None and not isinstance(given, str):
+    if given is None:
+        if default is None:
+            hint = "this callable has no __qualname__ to name the job after: pass name="
+            raise ImproperlyDeclared("?", "name", func, hint)
+        return default
+    if not isinstance(given, str):
         hint = "pass the job's name as a str, e.g. @job(name='reports.nightly')"
         raise ImproperlyDeclared(label, "name", given, hint)
-    return default if given is None else given  # type: ignore[return-value]
+    return given
 
 
 def _build(func: Callable[..., Any], options: dict[str, Any]) -> Job:

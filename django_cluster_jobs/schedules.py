@@ -268,13 +268,15 @@ class OnDemand(Schedule):
         return "on demand only"
 
 
-def _check_interval(name: str, interval: object) -> None:
+def _check_interval(name: str, interval: object) -> timedelta:
+    """Return ``interval`` when it is a usable one; else raise ImproperlyDeclared."""
     if not isinstance(interval, timedelta):
         raise ImproperlyDeclared("?", name, interval, "pass a datetime.timedelta")
     if interval <= timedelta(0):
         raise ImproperlyDeclared("?", name, interval, "the interval must be positive")
     if interval % timedelta(milliseconds=1):
         raise ImproperlyDeclared("?", name, interval, "use a whole number of milliseconds")
+    return interval
 
 
 def from_fields(
@@ -284,9 +286,9 @@ def from_fields(
     if kind == Cron.kind:
         return Cron(cron, tz or "UTC")
     if kind == Every.kind:
-        return Every(interval)  # type: ignore[arg-type]
+        return Every(_check_interval(Every.kind, interval))
     if kind == Delay.kind:
-        return Delay(interval)  # type: ignore[arg-type]
+        return Delay(_check_interval(Delay.kind, interval))
     if kind == Startup.kind:
         return Startup()
     return OnDemand()
