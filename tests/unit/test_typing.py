@@ -11,8 +11,7 @@ import re
 from pathlib import Path
 
 import pytest
-
-mypy_api = pytest.importorskip("mypy.api")
+from mypy import api as mypy_api
 
 ROOT = Path(__file__).resolve().parents[2]
 
