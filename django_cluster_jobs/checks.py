@@ -5,7 +5,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeGuard
 
 from django.core import checks
 from django.db import connections
@@ -18,12 +18,12 @@ from .exceptions import ImproperlyConfigured, shown
 SETTINGS_HINT = "Fix the CLUSTER_JOBS setting."
 
 
-def _number(value: object) -> bool:
+def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def _positive(value: object) -> bool:
-    return _number(value) and value > 0  # type: ignore[operator]
+    return _number(value) and value > 0
 
 
 def _count(value: object) -> bool:
@@ -82,7 +82,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
 
 
 def _value_errors() -> list[checks.CheckMessage]:
-    errors = []
+    errors: list[checks.CheckMessage] = []
     for key, (valid, expected) in RULES.items():
         value, default = getattr(app_settings, key), getattr(Defaults, key)
         if not valid(value):
@@ -163,7 +163,7 @@ def check_timings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMe
     if not _settings_readable():
         return []
     beat = app_settings.HEARTBEAT_INTERVAL
-    warnings = []
+    warnings: list[checks.CheckMessage] = []
     for key in ("LEASE_TTL", "LEADER_TTL", "DEAD_AFTER"):
         value = getattr(app_settings, key)
         if value < 2 * beat:

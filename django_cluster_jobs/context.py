@@ -6,6 +6,7 @@ import logging
 import threading
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -19,7 +20,7 @@ class RunContext:
     attempt: int
     fence: int
     node_id: str
-    payload: dict
+    payload: dict[str, Any]
     logger: logging.LoggerAdapter
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
 

@@ -6,8 +6,19 @@ import inspect
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
-from typing import Any, overload
+from datetime import datetime, timedelta
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Generic,
+    Literal,
+    ParamSpec,
+    TypedDict,
+    TypeVar,
+    Unpack,
+    overload,
+)
 
 from django.apps import apps
 
@@ -15,6 +26,9 @@ from . import bounds, columns, payloads, schedules, validation
 from .choices import Delivery, Executor, Misfire, Overlap, Placement
 from .context import RunContext
 from .exceptions import DuplicateJob, ImproperlyDeclared, RegistryNotReady, UnknownJob
+
+if TYPE_CHECKING:
+    from .models import JobRun
 
 #: Options of @job that are JobDefinition columns under the same name.
 COLUMN_OPTIONS = (
@@ -24,12 +38,20 @@ COLUMN_OPTIONS = (
 )  # fmt: skip
 
 
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
 @dataclass(frozen=True)
-class Job:
-    """A declared job: its callable, schedule and policies. Calling it calls the function."""
+class Job(Generic[P, R]):
+    """A declared job: its callable, schedule and policies. Calling it calls the function.
+
+    ``Job[P, R]`` keeps the handler's signature: calling the job is calling the function, with
+    the same parameters and return type for callers and type checkers.
+    """
 
     name: str
-    func: Callable[..., Any]
+    func: Callable[P, R]
     schedule: schedules.Schedule
     placement: str = Placement.CLUSTER
     delivery: str = Delivery.AT_LEAST_ONCE
@@ -38,7 +60,7 @@ class Job:
     catch_up_window: timedelta | None = None
     catch_up_limit: int = 10
     max_attempts: int = 1
-    backoff: dict = field(default_factory=dict)
+    backoff: dict[str, Any] = field(default_factory=dict)
     dont_retry: tuple[type[BaseException], ...] = ()
     breaker_threshold: int | None = None
     breaker_cooldown: timedelta | None = None
@@ -48,10 +70,13 @@ class Job:
     queue: str = "default"
     max_concurrency: int | None = None
     requires: frozenset[str] = frozenset()
-    payload: dict = field(default_factory=dict)
+    payload: dict[str, Any] = field(default_factory=dict)
     enabled: bool = True
+    #: True: the handler's first positional argument is the RunContext; False: never; None:
+    #: inferred from the first parameter (see :func:`infers_context`).
+    takes_context: bool | None = None
 
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R:
         return self.func(*args, **kwargs)
 
     @property
@@ -61,8 +86,10 @@ class Job:
 
     @property
     def wants_context(self) -> bool:
-        """True when the handler's first parameter receives the RunContext."""
-        return _wants_context(self.func)
+        """True when the handler's first positional argument receives the RunContext."""
+        if self.takes_context is None:
+            return infers_context(self.func)
+        return bool(self.takes_context)
 
     def definition_fields(self) -> dict[str, Any]:
         """Return the JobDefinition columns for this code declaration."""
@@ -91,7 +118,7 @@ class Job:
 
     def enqueue(
         self, *, idempotency_key: str | None = None, priority: int | None = None, **payload: Any
-    ) -> Any:
+    ) -> JobRun:
         """Run this job once, as soon as a node is free; returns the pending JobRun.
 
         Keyword arguments become the handler's payload, except two reserved ones: with
@@ -104,22 +131,23 @@ class Job:
 
     def enqueue_at(
         self,
-        when: Any,
+        when: datetime,
         *,
         idempotency_key: str | None = None,
         priority: int | None = None,
         **payload: Any,
-    ) -> Any:
+    ) -> JobRun:
         """Run this job once at ``when`` (an aware datetime); returns the pending JobRun."""
         from .services import enqueue
 
         return enqueue(self.name, payload, at=when, key=idempotency_key, priority=priority)
 
-    def invoke(self, context: RunContext, payload: dict) -> Any:
+    def invoke(self, context: RunContext, payload: dict[str, Any]) -> Any:
         """Call the handler with the context (when it takes one) and the payload as kwargs."""
+        handler: Callable[..., Any] = self.func  # the payload's keys are known only at run time
         if self.wants_context:
-            return self.func(context, **payload)
-        return self.func(**payload)
+            return handler(context, **payload)
+        return handler(**payload)
 
 
 def _signature(func: Callable[..., Any]) -> inspect.Signature:
@@ -130,7 +158,14 @@ def _signature(func: Callable[..., Any]) -> inspect.Signature:
         return inspect.signature(func)
 
 
-def _wants_context(func: Callable[..., Any]) -> bool:
+def infers_context(func: Callable[..., Any]) -> bool:
+    """The guess made when ``takes_context`` is not given (None).
+
+    The handler receives the RunContext when its first parameter can be passed positionally
+    (not ``*args``, not keyword-only) and is either annotated ``RunContext`` (the class, or the
+    string ``"RunContext"`` that is left when the annotation cannot be resolved) or named ``ctx``
+    or ``context``. Anything else: no context.
+    """
     params = list(_signature(func).parameters.values())
     if not params or params[0].kind not in (
         params[0].POSITIONAL_ONLY,
@@ -238,7 +273,7 @@ def _cron(job_name: str, expr: Any, tz: Any) -> schedules.Cron:
     return schedules.Cron(expr, tz)
 
 
-def check_payload(job_name: str, payload: Any) -> dict:
+def check_payload(job_name: str, payload: Any) -> dict[str, Any]:
     """Return ``payload`` as it will be stored (a JSON object); else raise InvalidPayload."""
     return payloads.cleaned(job_name, payload)
 
@@ -259,13 +294,15 @@ def _name(func: Any, given: Any) -> str:
     default = default_name(func)
     label = given if isinstance(given, str) and given else default or "?"
     _check_callable(func, label)
-    if given is None and default is None:
-        hint = "this callable has no __qualname__ to name the job after: pass name="
-        raise ImproperlyDeclared("?", "name", func, hint)
-    if given is not None and not isinstance(given, str):
+    if given is None:
+        if default is None:
+            hint = "this callable has no __qualname__ to name the job after: pass name="
+            raise ImproperlyDeclared("?", "name", func, hint)
+        return default
+    if not isinstance(given, str):
         hint = "pass the job's name as a str, e.g. @job(name='reports.nightly')"
         raise ImproperlyDeclared(label, "name", given, hint)
-    return default if given is None else given  # type: ignore[return-value]
+    return given
 
 
 def _build(func: Callable[..., Any], options: dict[str, Any]) -> Job:
@@ -304,7 +341,7 @@ def _check_columns(
         **schedules.to_fields(schedule),
         **{key: options[key] for key in COLUMN_OPTIONS},
     }
-    handler = Job(name=name, func=func, schedule=schedule)
+    handler = Job(name=name, func=func, schedule=schedule, takes_context=options["takes_context"])
     problems = validation.definition_errors(values, job=name, handler=handler)
     if problems:
         first = problems[0]
@@ -324,68 +361,89 @@ def _dont_retry(name: str, given: Any) -> tuple[type[BaseException], ...]:
     return retry_never
 
 
+class JobOptions(TypedDict, total=False):
+    """The keyword options of :func:`job` other than ``takes_context``, with their types.
+
+    The defaults: :data:`DEFAULTS`; what each means: the declare-jobs how-to.
+    """
+
+    name: str | None
+    cron: str | None
+    tz: str | None
+    every: timedelta | None
+    delay: timedelta | None
+    startup: bool
+    schedule: schedules.Schedule | None
+    placement: str
+    delivery: str
+    overlap: str
+    misfire: str
+    catch_up_window: timedelta | None
+    catch_up_limit: int
+    max_attempts: int
+    backoff: dict[str, Any] | None
+    dont_retry: tuple[type[BaseException], ...] | list[type[BaseException]]
+    breaker_threshold: int | None
+    breaker_cooldown: timedelta | None
+    timeout: timedelta | None
+    executor: str
+    priority: int
+    queue: str
+    max_concurrency: int | None
+    requires: set[str] | frozenset[str] | list[str] | tuple[str, ...] | None
+    payload: dict[str, Any] | None
+    enabled: bool
+
+
+#: The default of every option of :func:`job`.
+DEFAULTS: dict[str, Any] = {
+    "name": None,
+    "cron": None,
+    "tz": None,
+    "every": None,
+    "delay": None,
+    "startup": False,
+    "schedule": None,
+    "placement": Placement.CLUSTER,
+    "delivery": Delivery.AT_LEAST_ONCE,
+    "overlap": Overlap.SKIP,
+    "misfire": Misfire.FIRE_ONCE,
+    "catch_up_window": None,
+    "catch_up_limit": 10,
+    "max_attempts": 1,
+    "backoff": None,
+    "dont_retry": (),
+    "breaker_threshold": None,
+    "breaker_cooldown": None,
+    "timeout": None,
+    "executor": Executor.THREAD,
+    "priority": 0,
+    "queue": "default",
+    "max_concurrency": None,
+    "requires": None,
+    "payload": None,
+    "enabled": True,
+    "takes_context": None,
+}
+
+
 @overload
-def job(func: Callable[..., Any], /) -> Job: ...
+def job(func: Callable[P, R], /) -> Job[P, R]: ...
 @overload
 def job(
-    *,
-    name: str | None = None,
-    cron: str | None = None,
-    tz: str | None = None,
-    every: timedelta | None = None,
-    delay: timedelta | None = None,
-    startup: bool = False,
-    schedule: schedules.Schedule | None = None,
-    placement: str = Placement.CLUSTER,
-    delivery: str = Delivery.AT_LEAST_ONCE,
-    overlap: str = Overlap.SKIP,
-    misfire: str = Misfire.FIRE_ONCE,
-    catch_up_window: timedelta | None = None,
-    catch_up_limit: int = 10,
-    max_attempts: int = 1,
-    backoff: dict | None = None,
-    dont_retry: tuple[type[BaseException], ...] = (),
-    breaker_threshold: int | None = None,
-    breaker_cooldown: timedelta | None = None,
-    timeout: timedelta | None = None,
-    executor: str = Executor.THREAD,
-    priority: int = 0,
-    queue: str = "default",
-    max_concurrency: int | None = None,
-    requires: set[str] | frozenset[str] | None = None,
-    payload: dict | None = None,
-    enabled: bool = True,
-) -> Callable[[Callable[..., Any]], Job]: ...
+    *, takes_context: Literal[True], **options: Unpack[JobOptions]
+) -> Callable[[Callable[Concatenate[RunContext, P], R]], Job[Concatenate[RunContext, P], R]]: ...
+@overload
+def job(
+    *, takes_context: Literal[False] | None = None, **options: Unpack[JobOptions]
+) -> Callable[[Callable[P, R]], Job[P, R]]: ...
 def job(func: Callable[..., Any] | None = None, /, **options: Any) -> Any:
-    """Declare a job; use bare (on demand) or with a schedule and policies."""
-    defaults: dict[str, Any] = {
-        "name": None,
-        "cron": None,
-        "tz": None,
-        "every": None,
-        "delay": None,
-        "startup": False,
-        "schedule": None,
-        "placement": Placement.CLUSTER,
-        "delivery": Delivery.AT_LEAST_ONCE,
-        "overlap": Overlap.SKIP,
-        "misfire": Misfire.FIRE_ONCE,
-        "catch_up_window": None,
-        "catch_up_limit": 10,
-        "max_attempts": 1,
-        "backoff": None,
-        "dont_retry": (),
-        "breaker_threshold": None,
-        "breaker_cooldown": None,
-        "timeout": None,
-        "executor": Executor.THREAD,
-        "priority": 0,
-        "queue": "default",
-        "max_concurrency": None,
-        "requires": None,
-        "payload": None,
-        "enabled": True,
-    }
+    """Declare a job; use bare (on demand) or with a schedule and policies.
+
+    ``takes_context``: True, the handler receives the RunContext as its first positional
+    argument; False, never; None (the default), inferred by :func:`infers_context`.
+    """
+    defaults = DEFAULTS
     unknown = sorted(set(options) - set(defaults))
     if unknown:
         raise TypeError(
@@ -410,6 +468,6 @@ def _cron_given_positionally(expr: str) -> Callable[[Callable[..., Any]], Job]:
     return refuse
 
 
-def with_options(declared: Job, **changes: Any) -> Job:
+def with_options(declared: Job[P, R], **changes: Any) -> Job[P, R]:
     """Return a copy of a declared job with some fields changed (for tests and database jobs)."""
     return replace(declared, **changes)

@@ -63,12 +63,16 @@ def _search_start(after: datetime, zone: ZoneInfo) -> datetime:
     Just after a spring-forward, a skipped wall time (02:30) fires later than it reads (03:30), so
     the search starts one gap earlier than ``after``'s own wall time, or it would miss it.
     """
-    local = after.astimezone(zone)
-    wall = local.replace(tzinfo=None)
-    gap = local.utcoffset() - (after - _LOOKBACK).astimezone(zone).utcoffset()
-    if gap > timedelta(0) and (after - gap).astimezone(zone).utcoffset() != local.utcoffset():
+    wall = after.astimezone(zone).replace(tzinfo=None)
+    gap = _offset(after, zone) - _offset(after - _LOOKBACK, zone)
+    if gap > timedelta(0) and _offset(after - gap, zone) != _offset(after, zone):
         return wall - gap
     return wall
+
+
+def _offset(at: datetime, zone: ZoneInfo) -> timedelta:
+    """The zone's UTC offset at the aware instant ``at`` (a ZoneInfo always has one)."""
+    return at.astimezone(zone).utcoffset() or timedelta(0)
 
 
 class Schedule:
@@ -97,9 +101,13 @@ class Schedule:
     def upcoming(self, after: datetime, count: int) -> list[datetime]:
         """Return up to ``count`` occurrences after ``after``."""
         found: list[datetime] = []
-        at: datetime | None = after
-        while len(found) < count and (at := self.next_after(at)) is not None:
-            found.append(at)
+        at = after
+        while len(found) < count:
+            following = self.next_after(at)
+            if following is None:
+                break
+            found.append(following)
+            at = following
         return found
 
     def longest_gap(self) -> timedelta | None:
@@ -260,13 +268,15 @@ class OnDemand(Schedule):
         return "on demand only"
 
 
-def _check_interval(name: str, interval: object) -> None:
+def _check_interval(name: str, interval: object) -> timedelta:
+    """Return ``interval`` when it is a usable one; else raise ImproperlyDeclared."""
     if not isinstance(interval, timedelta):
         raise ImproperlyDeclared("?", name, interval, "pass a datetime.timedelta")
     if interval <= timedelta(0):
         raise ImproperlyDeclared("?", name, interval, "the interval must be positive")
     if interval % timedelta(milliseconds=1):
         raise ImproperlyDeclared("?", name, interval, "use a whole number of milliseconds")
+    return interval
 
 
 def from_fields(
@@ -276,9 +286,9 @@ def from_fields(
     if kind == Cron.kind:
         return Cron(cron, tz or "UTC")
     if kind == Every.kind:
-        return Every(interval)  # type: ignore[arg-type]
+        return Every(_check_interval(Every.kind, interval))
     if kind == Delay.kind:
-        return Delay(interval)  # type: ignore[arg-type]
+        return Delay(_check_interval(Delay.kind, interval))
     if kind == Startup.kind:
         return Startup()
     return OnDemand()

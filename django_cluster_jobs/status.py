@@ -18,9 +18,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from cron_descriptor import Options, get_description
 from django.db.models import Count, F, OuterRef, QuerySet, Subquery
@@ -38,6 +39,17 @@ from .models import (
     WorkerNode,
 )
 from .validation import row_errors
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+    class _LastRunIds(TypedDict):
+        last_run_id: int | None
+        last_success_id: int | None
+        last_failure_id: int | None
+
+    #: A job definition as :func:`_jobs` annotates it.
+    LastRunIds = WithAnnotations[JobDefinition, _LastRunIds]
 
 FAILURE_STATES = (RunState.FAILED, RunState.TIMED_OUT, RunState.LOST, RunState.DEAD)
 RUN_FIELDS = ("pk", "key", "state", "scheduled_at", "started_at", "finished_at", "node", "error")
@@ -184,7 +196,7 @@ def _jobs(alias: str, now: datetime) -> list[dict[str, Any]]:
     return [_job(d, now, by_id) for d in definitions]
 
 
-def _job(job: JobDefinition, now: datetime, runs: dict[int, dict[str, Any]]) -> dict[str, Any]:
+def _job(job: LastRunIds, now: datetime, runs: Mapping[int | None, Any]) -> dict[str, Any]:
     paused = job.paused_until is not None and job.paused_until > now
     return {
         "name": job.name,
@@ -202,9 +214,9 @@ def _job(job: JobDefinition, now: datetime, runs: dict[int, dict[str, Any]]) -> 
         "paused_until": iso(job.paused_until) if paused else None,
         "pause_reason": job.pause_reason if paused else "",
         "next_fire_time": iso(_next_fire(job, now, paused)),
-        "last_run": runs.get(job.last_run_id),  # type: ignore[attr-defined]
-        "last_success": runs.get(job.last_success_id),  # type: ignore[attr-defined]
-        "last_failure": runs.get(job.last_failure_id),  # type: ignore[attr-defined]
+        "last_run": runs.get(job.last_run_id),
+        "last_success": runs.get(job.last_success_id),
+        "last_failure": runs.get(job.last_failure_id),
         "problems": [str(problem) for problem in row_errors(job)],
     }
 

@@ -9,6 +9,7 @@ and why they are what they are: :mod:`django_cluster_jobs.bounds`, re-exported h
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -68,7 +69,8 @@ def definition_errors(
     Only the columns in ``values`` are checked (keys that are not columns are ignored); a rule
     across columns (a schedule's interval, a breaker's cooldown) applies when all of its columns
     are given. With ``handler``, the payload is bound to its signature: completely for a job that
-    fires on its own, partially for one that runs on demand (each run may add arguments).
+    fires on its own, partially for one that runs on demand (each run may add arguments), and
+    its ``takes_context`` must fit the handler.
     """
     name = _label(job)
     try:
@@ -77,7 +79,7 @@ def definition_errors(
             return [ImproperlyDeclared(name, "definition", values, hint)]
         given = {column: values[column] for column in COLUMNS if column in values}
         found = _columns(name, given) + _schedule(name, given)
-        found += _payload(name, given, handler)
+        found += _context(name, handler) or _payload(name, given, handler)
     except Exception as exc:  # a mapping that fails when read: say so, never raise
         return [ImproperlyDeclared(name, "definition", values, f"it cannot be read ({exc!r})")]
     return sorted(found, key=lambda problem: _ORDER.get(problem.field, len(_ORDER)))
@@ -186,8 +188,8 @@ def _columns(name: str, given: dict[str, Any]) -> list[ImproperlyDeclared]:
 def _schedule(name: str, given: dict[str, Any]) -> list[ImproperlyDeclared]:
     kind = given.get("schedule_kind")
     if kind in ("every", "delay") and "interval" in given and given["interval"] is None:
-        hint = "this kind of schedule needs an interval (a positive duration)"
-        return [ImproperlyDeclared(name, "interval", None, hint)]
+        needs = "this kind of schedule needs an interval (a positive duration)"
+        return [ImproperlyDeclared(name, "interval", None, needs)]
     if kind != "cron":
         return []
     found = []
@@ -209,3 +211,33 @@ def _payload(name: str, given: dict[str, Any], handler: Job | None) -> list[Impr
     except InvalidPayload as exc:
         return [exc]
     return []
+
+
+def _context(name: str, handler: Job | None) -> list[ImproperlyDeclared]:
+    """A ``takes_context`` that is not a bool or None, or True for a handler that cannot take it."""
+    if handler is None or handler.takes_context is None:
+        return []
+    value = handler.takes_context
+    if not isinstance(value, bool):
+        hint = "pass True (the handler takes the RunContext first), False (never) or None (infer)"
+        return [ImproperlyDeclared(name, "takes_context", value, hint)]
+    if value and not _takes_a_positional(handler):
+        hint = (
+            f"the handler {handler.origin} has no positional parameter to receive the "
+            "RunContext: add one first (def handler(ctx, ...)), or drop takes_context=True"
+        )
+        return [ImproperlyDeclared(name, "takes_context", value, hint)]
+    return []
+
+
+def _takes_a_positional(handler: Job) -> bool:
+    try:
+        parameters = inspect.signature(handler.func).parameters.values()
+    except (TypeError, ValueError):  # a callable whose signature Python cannot read
+        return True
+    positional = (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+        inspect.Parameter.VAR_POSITIONAL,
+    )
+    return any(parameter.kind in positional for parameter in parameters)

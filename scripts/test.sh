@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# make test: lint and Django checks, then the test suite on SQLite and on PostgreSQL.
+# make test: lint, types and Django checks, then the test suite on SQLite and on PostgreSQL.
 #
 # The SQLite run ignores DATABASE_URL (tests/settings.py then uses an SQLite file). PostgreSQL:
 # DATABASE_URL when it is a postgres URL (an unreachable one is an error), else
@@ -57,7 +57,7 @@ run_pytest() {
     return "$rc"
 }
 
-say "Static checks: ruff, import contracts, Django system checks, missing migrations"
+say "Static checks: ruff, import contracts, mypy, Django system checks, missing migrations"
 static_ok=1
 static() {
     env -u DATABASE_URL DJANGO_SETTINGS_MODULE=tests.settings "$@" || {
@@ -67,6 +67,7 @@ static() {
 }
 static "$VENV/bin/ruff" check .
 static "$VENV/bin/lint-imports"
+static "$VENV/bin/mypy" django_cluster_jobs
 static "$py" -m django check --fail-level WARNING
 static "$py" -m django makemigrations --check --dry-run
 

@@ -10,9 +10,9 @@ changed and tells the user what happened. Some are also offered as buttons on an
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.contrib.admin.utils import quote
 from django.db.models import Model, QuerySet
 from django.http import HttpResponseRedirect
@@ -21,16 +21,27 @@ from django.urls import reverse
 from .. import permissions
 from ..conf import app_settings
 
+if TYPE_CHECKING:
+    from django_stubs_ext import StrOrPromise
+
+    # The mixins below are listed before admin.ModelAdmin in each admin's bases: they extend
+    # what the ModelAdmin does, so they are checked as if they were one.
+    AdminBase = admin.ModelAdmin[Any]
+else:
+    AdminBase = object
+
 #: POST field of the buttons on an object's page: come back to that page after the action.
 FROM_OBJECT = "_from_object"
 
+M = TypeVar("M", bound=Model)
 
-def ledger(model: type[Model]) -> QuerySet:
+
+def ledger(model: type[M]) -> QuerySet[M]:
     """Return a plain queryset of ``model`` on the ledger database."""
-    return model.objects.using(app_settings.DATABASE)
+    return model._default_manager.using(app_settings.DATABASE)
 
 
-class LedgerDatabaseMixin:
+class LedgerDatabaseMixin(AdminBase):
     """Read and write the ledger on CLUSTER_JOBS["DATABASE"] (Django's multi-database pattern)."""
 
     class Media:
@@ -46,7 +57,7 @@ class LedgerDatabaseMixin:
         obj.delete(using=app_settings.DATABASE)
 
 
-class ReadOnlyMixin:
+class ReadOnlyMixin(AdminBase):
     """The scheduler owns these rows: view them, never add, change or delete them here."""
 
     def has_add_permission(self, request, obj=None):
@@ -59,11 +70,11 @@ class ReadOnlyMixin:
         return False
 
 
-class OperatorActionsMixin:
+class OperatorActionsMixin(AdminBase):
     """Permission checks for operator actions, their report, and buttons on an object's page."""
 
     #: (action name, button label) of actions also offered on an object's change page.
-    object_actions: tuple[tuple[str, str], ...] = ()
+    object_actions: tuple[tuple[str, StrOrPromise], ...] = ()
     change_form_template = "admin/cluster_jobs/change_form.html"
 
     def has_trigger_permission(self, request) -> bool:
@@ -84,7 +95,7 @@ class OperatorActionsMixin:
         """Whether the button of action ``name`` makes sense for ``obj`` (all do by default)."""
         return True
 
-    def object_action_choices(self, request, obj: Any) -> list[tuple[str, str]]:
+    def object_action_choices(self, request, obj: Any) -> list[tuple[str, StrOrPromise]]:
         """Return (name, label) of the object-page actions this user may run on ``obj``."""
         if obj is None:
             return []
@@ -103,9 +114,9 @@ class OperatorActionsMixin:
         )
         return super().render_change_form(request, context, add, change, form_url, obj)
 
-    def response_action(self, request, queryset, **kwargs):
+    def response_action(self, request, queryset, *args: Any, **kwargs: Any):
         # Django 6.1 adds action_location; pass whatever the running version gives.
-        response = super().response_action(request, queryset, **kwargs)
+        response = super().response_action(request, queryset, *args, **kwargs)
         selected = request.POST.getlist("_selected_action")
         back = FROM_OBJECT in request.POST and len(selected) == 1
         if back and isinstance(response, HttpResponseRedirect):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 from functools import lru_cache
+from typing import Any
 from zoneinfo import available_timezones
 
 from django import forms
@@ -51,8 +52,9 @@ class JobDefinitionForm(forms.ModelForm):
             choices = zone_choices(self.instance.timezone)
             self.fields["timezone"].widget = forms.Select(choices=choices)
 
-    def clean(self):
-        data = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
         if "name" in self.fields and data.get("name"):
             self._check_name(data["name"])
         name = data.get("name") or self.instance.name or _("(new job)")

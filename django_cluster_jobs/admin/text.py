@@ -11,7 +11,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cron_descriptor import Options, get_description
 from django.contrib import admin
-from django.db.models import Model
+from django.db.models import Field, Model
 from django.utils import timezone, translation
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
@@ -89,7 +89,10 @@ def time_column(model: type[Model], field: str) -> Callable[[Any, Model], str]:
     Django's own display of a datetime drops the seconds and the zone.
     """
 
-    @admin.display(description=model._meta.get_field(field).verbose_name, ordering=field)
+    column_field = model._meta.get_field(field)
+    label = column_field.verbose_name if isinstance(column_field, Field) else field
+
+    @admin.display(description=label, ordering=field)
     def column(model_admin: Any, obj: Model) -> str:
         return when(getattr(obj, field))
 
@@ -98,6 +101,7 @@ def time_column(model: type[Model], field: str) -> Callable[[Any, Model], str]:
 
 def fire_times_table(times: list[datetime], tz: str) -> str:
     """Return ``times`` as an HTML table: one column in ``tz``, one in UTC."""
+    zone: tzinfo
     try:
         zone = ZoneInfo(tz or "UTC")
     except (ValueError, ZoneInfoNotFoundError):

@@ -8,22 +8,24 @@ field is there, and the schema marks only the receipt's fields as always present
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from rest_framework import serializers
 
 from .serializers import JobDetailSerializer, NodeSerializer, RunDetailSerializer
 
 
-class Answer:
-    """Serialize only :attr:`receipt` when the context says the caller may not view the rest."""
+class Answer(serializers.ModelSerializer):
+    """Serialize only :attr:`receipt` when the context says the caller may not view the rest.
+
+    Listed first among an answer's bases, before the serializer of what it answers with.
+    """
 
     #: The fields every answer has, whatever the caller may view.
     receipt: ClassVar[tuple[str, ...]] = ()
-    context: dict[str, Any]
 
     def get_fields(self) -> dict[str, serializers.Field]:
-        fields = super().get_fields()  # type: ignore[misc]
+        fields = super().get_fields()
         if self.context.get("full", True):
             return fields
         return {name: fields[name] for name in self.receipt}

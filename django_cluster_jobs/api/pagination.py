@@ -12,11 +12,15 @@ POSITION = re.compile(r"[0-9]{1,19}", re.ASCII)
 LARGEST_ID = 2**63 - 1
 
 
-def holds_an_id(position: str | None) -> bool:
-    """Whether a cursor's position can be compared with run ids on every database."""
+def holds_an_id(position: object) -> bool:
+    """Whether a cursor's position can be compared with run ids on every database.
+
+    REST framework decodes the position as a str (its stubs say int): either is checked as text.
+    """
     if position is None:
         return True
-    return POSITION.fullmatch(position) is not None and int(position) <= LARGEST_ID
+    text = str(position)
+    return POSITION.fullmatch(text) is not None and int(text) <= LARGEST_ID
 
 
 class RunCursorPagination(CursorPagination):

@@ -7,7 +7,7 @@ wherever the path names an object, and per view the 400, 409 and 415 it can answ
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from drf_spectacular.extensions import OpenApiSerializerExtension
 from drf_spectacular.openapi import AutoSchema
@@ -89,6 +89,13 @@ def responses(
     return {**answers, **{code: r for code, r in refusals.items() if code not in answers}}
 
 
+@runtime_checkable
+class QueryingView(Protocol):
+    """A view that names what validates its query (every ClusterView)."""
+
+    def get_query_serializer_class(self) -> type[serializers.Serializer] | None: ...
+
+
 class ClusterSchema(AutoSchema):
     """Add a view's query parameters and refusals to each operation ``extend_schema`` left alone.
 
@@ -96,6 +103,8 @@ class ClusterSchema(AutoSchema):
     """
 
     def _query(self) -> type | None:
+        if not isinstance(self.view, QueryingView):  # a view that is not a ClusterView
+            return None
         return self.view.get_query_serializer_class()
 
     def get_override_parameters(self) -> list:
@@ -195,7 +204,9 @@ class StatusScheduleSerializer(serializers.Serializer):
 class StatusJobSerializer(serializers.Serializer):
     name = serializers.CharField()
     callable = serializers.CharField()
-    source = serializers.ChoiceField(choices=Source.choices)
+    # The serializer's metaclass takes declared fields out of the class body, so this field does
+    # not replace Field.source; the stubs cannot tell a declared field from that attribute.
+    source = serializers.ChoiceField(choices=Source.choices)  # type: ignore[assignment]
     schedule = StatusScheduleSerializer()
     description = serializers.CharField()
     enabled = serializers.BooleanField()

@@ -7,7 +7,7 @@ Serializers that need the time take ``now`` (the cluster's clock) from their con
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast, overload
 
 from django.db.models import OuterRef, QuerySet, Subquery
 from django.utils import timezone
@@ -30,12 +30,34 @@ from ..validation import (
     row_errors,
 )
 
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+    class RunningCount(TypedDict):
+        running_count: int | None
+
+    #: A node as the API's queryset annotates it.
+    CountedNode = WithAnnotations[WorkerNode, RunningCount]
+
+
+class WithLastRuns(Protocol):
+    """A job that :func:`attach_last_runs` was given: its last runs by field name."""
+
+    last_runs: dict[str, JobRun | None]
+
+
 #: How many fire times a job's detail lists.
 FIRE_TIMES = 5
 #: A job's latest runs, each annotated as ``<name>_id`` by :func:`annotate_last_runs`.
 LAST_RUNS = ("last_run", "last_success", "last_failure")
 
 
+@overload
+def iso(at: datetime) -> str: ...
+@overload
+def iso(at: None) -> None: ...
+@overload
+def iso(at: datetime | None) -> str | None: ...
 def iso(at: datetime | None) -> str | None:
     """Return ``at`` as the API writes times, None as None."""
     return None if at is None else serializers.DateTimeField().to_representation(at)
@@ -86,13 +108,15 @@ RUN_FIELDS = (
 class RunSerializer(serializers.ModelSerializer):
     """A run in a list (select the job with it)."""
 
-    job = serializers.SlugRelatedField(slug_field="name", read_only=True)
+    job: serializers.SlugRelatedField[JobDefinition] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True
+    )
     result = ResultField(read_only=True)
 
     class Meta:
         model = JobRun
-        fields = RUN_FIELDS
-        read_only_fields = fields
+        fields: tuple[str, ...] = RUN_FIELDS
+        read_only_fields: tuple[str, ...] = fields
 
 
 class RunEventSerializer(serializers.ModelSerializer):
@@ -108,8 +132,8 @@ class RunDetailSerializer(RunSerializer):
     events = RunEventSerializer(many=True, read_only=True)
 
     class Meta(RunSerializer.Meta):
-        fields = (*RUN_FIELDS, "traceback", "events")
-        read_only_fields = fields
+        fields: tuple[str, ...] = (*RUN_FIELDS, "traceback", "events")
+        read_only_fields: tuple[str, ...] = fields
 
 
 # -- jobs ---------------------------------------------------------------------------------------
@@ -136,7 +160,8 @@ def attach_last_runs(jobs: list[JobDefinition]) -> None:
     ids = {getattr(job, f"{name}_id") for job in jobs for name in LAST_RUNS} - {None}
     runs = JobRun.objects.using(app_settings.DATABASE).in_bulk(ids) if ids else {}
     for job in jobs:
-        job.last_runs = {name: runs.get(getattr(job, f"{name}_id")) for name in LAST_RUNS}
+        loaded = {name: runs.get(getattr(job, f"{name}_id")) for name in LAST_RUNS}
+        cast(WithLastRuns, job).last_runs = loaded
 
 
 def is_paused(job: JobDefinition, now: datetime) -> bool:
@@ -156,7 +181,9 @@ class LastRunField(serializers.ReadOnlyField):
         super().__init__(source="*", **kwargs)
 
     def to_representation(self, job: JobDefinition) -> dict[str, Any] | None:
-        run = job.last_runs[self.field_name]
+        if self.field_name is None:  # set when the field is bound to its serializer
+            raise TypeError("LastRunField is read only through a serializer")
+        run = cast(WithLastRuns, job).last_runs[self.field_name]
         return None if run is None else RunSummarySerializer(run).data
 
 
@@ -205,8 +232,8 @@ class JobSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = JobDefinition
-        fields = JOB_FIELDS
-        read_only_fields = fields
+        fields: tuple[str, ...] = JOB_FIELDS
+        read_only_fields: tuple[str, ...] = fields
         list_serializer_class = JobListSerializer
 
     def to_representation(self, instance):
@@ -247,8 +274,8 @@ class JobDetailSerializer(JobSerializer):
     next_fire_times = serializers.SerializerMethodField()
 
     class Meta(JobSerializer.Meta):
-        fields = (*JOB_FIELDS, "next_fire_times")
-        read_only_fields = fields
+        fields: tuple[str, ...] = (*JOB_FIELDS, "next_fire_times")
+        read_only_fields: tuple[str, ...] = fields
 
     @extend_schema_field(serializers.ListField(child=serializers.DateTimeField()))
     def get_next_fire_times(self, job: JobDefinition) -> list[str]:
@@ -266,19 +293,19 @@ class NodeSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = WorkerNode
-        fields = (
+        fields: tuple[str, ...] = (
             "node_id", "host", "pid", "version", "tags", "status", "started_at", "last_heartbeat",
             "heartbeat_age_seconds", "stopped_at", "clock_offset_ms", "claims_won", "claims_lost",
             "skipped", "running_runs",
         )  # fmt: skip
-        read_only_fields = fields
+        read_only_fields: tuple[str, ...] = fields
 
     def get_heartbeat_age_seconds(self, node: WorkerNode) -> float:
         now = self.context.get("now") or timezone.now()
         return round((now - node.last_heartbeat).total_seconds(), 3)
 
     def get_running_runs(self, node: WorkerNode) -> int:
-        return node.running_count or 0
+        return cast("CountedNode", node).running_count or 0
 
 
 # -- action input -------------------------------------------------------------------------------

@@ -9,19 +9,22 @@ renderers and throttling are the project's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db.models import Count, Model, OuterRef, Subquery
+from django.db.models import Count, Model, OuterRef, QuerySet, Subquery
 from django.db.models.functions import Now
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
 from rest_framework.decorators import action
 from rest_framework.exceptions import APIException, NotFound
-from rest_framework.parsers import FormParser, MultiPartParser
+from rest_framework.filters import BaseFilterBackend
+from rest_framework.pagination import BasePagination
+from rest_framework.parsers import BaseParser, FormParser, MultiPartParser
 from rest_framework.response import Response
+from rest_framework.schemas.inspectors import ViewInspector
 from rest_framework.views import APIView
 from rest_framework.viewsets import ReadOnlyModelViewSet
 
@@ -48,7 +51,12 @@ from .pagination import RunCursorPagination
 from .parsers import BoundedJSONParser
 from .permissions import ClusterJobsPermission
 
+if TYPE_CHECKING:
+    from rest_framework.generics import BaseFilterProtocol
+    from rest_framework.permissions import _PermissionClass
+
 T = TypeVar("T")
+M = TypeVar("M", bound=Model)
 
 
 class Conflict(APIException):
@@ -59,26 +67,30 @@ class Conflict(APIException):
     default_code = "conflict"
 
 
-def ledger(model: type[Model]):
+def ledger(model: type[M]) -> QuerySet[M]:
     """Return a plain queryset of ``model`` on the ledger database."""
-    return model.objects.using(app_settings.DATABASE)
+    return model._default_manager.using(app_settings.DATABASE)
 
 
 def no_job(name: str) -> NotFound:
     return NotFound(f"No job named {name!r}.")
 
 
-class ClusterView:
+class ClusterView(APIView):
     """What every view shares: permissions, parsers, no project-wide filters, the cluster clock."""
 
-    permission_classes = (ClusterJobsPermission,)
-    parser_classes = (BoundedJSONParser, FormParser, MultiPartParser)
-    filter_backends = ()
-    pagination_class = None
+    permission_classes: Sequence[_PermissionClass] = (ClusterJobsPermission,)
+    parser_classes: Sequence[type[BaseParser]] = (
+        BoundedJSONParser,
+        FormParser,
+        MultiPartParser,
+    )
+    filter_backends: Sequence[type[BaseFilterBackend | BaseFilterProtocol[Any]]] = ()
+    pagination_class: type[BasePagination] | None = None
     # drf-spectacular's schema whatever the project's DEFAULT_SCHEMA_CLASS; each action names
     # it too (schema=…), since extend_schema builds on the schema class it finds on the action.
-    schema = doc.ClusterSchema()
-    viewed_models: tuple = ()
+    schema: ViewInspector | None = doc.ClusterSchema()
+    viewed_models: tuple[type[Model], ...] = ()
 
     def check_permissions(self, request) -> None:
         # A method no handler takes is 405 for everyone, before a permission could say 403.
@@ -93,20 +105,29 @@ class ClusterView:
             self._now = services.cluster_now()
         return self._now
 
-    def get_serializer_context(self) -> dict[str, Any]:
-        return {**super().get_serializer_context(), "now": self.cluster_now()}
-
     def get_query_serializer_class(self) -> type[serializers.Serializer] | None:
         """Return what validates this request's query (the schema lists its fields)."""
         return None
 
     def query(self) -> Any:
         """Return the query, validated by :meth:`get_query_serializer_class` (400 otherwise)."""
-        given = self.get_query_serializer_class()(data=self.request.query_params)
+        serializer_class = self.get_query_serializer_class()
+        if serializer_class is None:
+            raise TypeError(f"{type(self).__name__} validates no query")
+        given = serializer_class(data=self.request.query_params)
         given.is_valid(raise_exception=True)
         return given
 
-    def answer(self, serializer_class: type, instance: Model, code: int) -> Response:
+
+class ClusterViewSet(ClusterView, ReadOnlyModelViewSet):
+    """What the viewsets share besides: the cluster clock in the serializer's context, answers."""
+
+    def get_serializer_context(self) -> dict[str, Any]:
+        return {**super().get_serializer_context(), "now": self.cluster_now()}
+
+    def answer(
+        self, serializer_class: type[serializers.ModelSerializer], instance: Model, code: int
+    ) -> Response:
         """Answer an action with ``instance``: whole if the caller may view it, else a receipt."""
         full = can_view(self.request.user, serializer_class.Meta.model)
         context = {**self.get_serializer_context(), "full": full}
@@ -122,7 +143,7 @@ JOB_CHANGED = answers.JobAnswerSerializer
 NODE_ASKED = answers.NodeAnswerSerializer
 
 
-class JobViewSet(ClusterView, ReadOnlyModelViewSet):
+class JobViewSet(ClusterViewSet):
     """Jobs by name, with their schedule, pause, next fire times and last runs; and actions."""
 
     viewed_models = (JobDefinition,)
@@ -217,7 +238,7 @@ class JobViewSet(ClusterView, ReadOnlyModelViewSet):
         return self._job_answer(name)
 
 
-class RunViewSet(ClusterView, ReadOnlyModelViewSet):
+class RunViewSet(ClusterViewSet):
     """The run ledger, newest first, with each run's timeline; cancel and replay runs.
 
     Filters: ``job`` (name), ``state`` and ``outcome`` (repeatable), ``node``, ``since``.
@@ -262,7 +283,7 @@ class RunViewSet(ClusterView, ReadOnlyModelViewSet):
         return self.answer_run(fresh, 201)
 
 
-class NodeViewSet(ClusterView, ReadOnlyModelViewSet):
+class NodeViewSet(ClusterViewSet):
     """Scheduler nodes with their heartbeat and running runs; drain one."""
 
     viewed_models = (WorkerNode,)

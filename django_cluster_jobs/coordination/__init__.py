@@ -64,6 +64,7 @@ def get_vendor(alias: str | None = None, kind: str | None = None) -> Vendor:
             f"CLUSTER_JOBS['COORDINATION'] is {kind!r} but database {alias!r} is {vendor}; "
             "use 'auto' or 'orm'."
         )
+    cls: type[Vendor]
     if kind == "postgresql":
         from .postgresql import PostgreSQLVendor as cls
     elif kind == "sqlite":

@@ -105,7 +105,7 @@ def pick(
     if aging_step() is None:
         best = locked.order_by("-priority", "due_at", "pk").values_list(*fields)[:limit]
         return [(pk, fence, cause, reason) for pk, _, _, fence, cause, reason in best]
-    candidates = []
+    candidates: list[tuple[Any, ...]] = []
     for priority in due.order_by().values_list("priority", flat=True).distinct():
         earliest = locked.filter(priority=priority).order_by("due_at", "pk")
         candidates += earliest.values_list(*fields)[:limit]

@@ -20,7 +20,7 @@ from ..coordination import Claim, Refusal, Won
 from ..ledger.leases import lease_until
 from ..models import Outcome, Placement, ScheduleKind
 from ..policies.overlap import gate_of, takes_lane
-from ..schedules import occurrence_key
+from ..schedules import Delay, occurrence_key
 from . import stats
 from .executor import release_broken_connections
 from .planner import Planned, Planner
@@ -349,7 +349,9 @@ class Claimer:
         )  # fmt: skip
 
     def _claim_window(self, planned: Planned, now: datetime) -> None:
-        interval: timedelta = planned.schedule.interval  # type: ignore[attr-defined]
+        schedule = planned.schedule
+        assert isinstance(schedule, Delay)  # _collect hands over the fixed-delay jobs only
+        interval = schedule.interval
         recheck = timedelta(seconds=app_settings.HEARTBEAT_INTERVAL)
         busy = self.host.stopping or self.host.free_threads() < 1
         if busy or not planned.definition.enabled:

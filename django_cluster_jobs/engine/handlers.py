@@ -46,19 +46,21 @@ async def _until_cancelled(awaitable: Any, ctx: RunContext) -> Any:
     return task.result()
 
 
-def merged_payload(defaults: object, payload: object) -> dict:
+def merged_payload(defaults: object, payload: object) -> dict[str, Any]:
     """The handler's keyword arguments: the job's payload, overridden by the run's.
 
     Raises TypeError naming the culprit when either is not a JSON object with str keys (a row
     written before it was validated): the run then fails with that reason, once.
     """
+    merged: dict[str, Any] = {}
     for what, value in (("the job's payload", defaults), ("the run's payload", payload)):
         if value is None:
             continue
         if not isinstance(value, dict) or not all(isinstance(k, str) for k in value):
             shown = _repr(value)[:200]
             raise TypeError(f"{what} is {shown}, not a JSON object of keyword arguments")
-    return {**(defaults or {}), **(payload or {})}  # type: ignore[dict-item]
+        merged.update(value)
+    return merged
 
 
 def storable(value: Any) -> Any:

@@ -105,7 +105,7 @@ class Leader:
                 return False
             node_id, dead_after = self.node.node_id, timedelta(seconds=app_settings.DEAD_AFTER)
             reaped = self._chore("reap", lambda: chores.reap_expired(now, node_id), 0)
-            dead = self._chore(
+            dead: list[str] = self._chore(
                 "dead nodes", lambda: chores.mark_dead_nodes(now, dead_after, node_id), []
             )
             purged = self._chore("purge", lambda: self._purge(now), 0)

@@ -353,7 +353,10 @@ class Node:
     def _supervise(self) -> None:
         """Restart a background thread that died; stop the node, failed, if they keep dying: a
         node must never claim without heartbeating (others would take its runs over)."""
-        threads = [("heartbeat", self.heartbeat), ("leader", self.leader_thread)]
+        threads: list[tuple[str, PeriodicThread]] = [
+            ("heartbeat", self.heartbeat),
+            ("leader", self.leader_thread),
+        ]
         if self.presence is not None:
             threads.append(("presence", self.presence))
         for name, thread in threads:

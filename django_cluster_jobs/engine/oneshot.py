@@ -88,7 +88,7 @@ def round_second(at: datetime) -> datetime:
 def resolve(name: str, alias: str) -> Planned:
     """Return the job ``name``: a code job (its row synced first) or a database job naming one."""
     if name in registry:
-        sync_definitions([registry.get(name)], alias)  # type: ignore[arg-type]
+        sync_definitions([registry.get(name)], alias)
     definition = JobDefinition.objects.using(alias).filter(name=name).first()
     if definition is None or definition.callable_name not in registry:
         stored = JobDefinition.objects.using(alias).filter(callable_name__in=registry.names())

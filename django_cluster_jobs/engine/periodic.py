@@ -36,6 +36,10 @@ class PeriodicThread(threading.Thread):
     def step(self) -> None:
         raise NotImplementedError
 
+    def restarted(self) -> PeriodicThread:
+        """A new thread that carries on from this dead one (the node's supervision starts it)."""
+        raise NotImplementedError
+
     def run(self) -> None:
         try:
             if self.at_once and not self._halt.is_set():

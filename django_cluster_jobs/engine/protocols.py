@@ -62,7 +62,9 @@ class HeartbeatHost(Logs, Protocol):
     clock: Clock
     ledger: Ledger
     counters: Counters
-    runner: Runs
+
+    @property
+    def runner(self) -> Runs: ...
 
     @property
     def stopping(self) -> bool: ...

@@ -18,7 +18,10 @@ from ..models import PARKED, Cause, Delivery, EventKind, JobRun, RunEvent, RunSt
 from .signals import after_commit
 
 #: The timeline entry of a run released by its cause.
-RELEASED_KIND = {Cause.HANDED_BACK: EventKind.HANDED_BACK, Cause.NODE_LOST: EventKind.NODE_LOST}
+RELEASED_KIND: dict[str, str] = {
+    Cause.HANDED_BACK: EventKind.HANDED_BACK,
+    Cause.NODE_LOST: EventKind.NODE_LOST,
+}
 
 
 class Runs:

@@ -104,7 +104,8 @@ def span_of(definition: JobDefinition, until: datetime) -> Span:
         schedule = definition.get_schedule()
         if start is None or not schedule.slotted:
             return Span(definition)
-        found, at = [], schedule.previous_at_or_before(until)
+        found: list[datetime] = []
+        at = schedule.previous_at_or_before(until)
         while at is not None and at > start:
             if len(found) == SCAN_LIMIT:
                 return Span(definition, found[::-1], truncated=True)
@@ -219,7 +220,10 @@ def _rows_at(alias: str, rows: Iterable[JobRun]) -> Stored:
 
 def _events(alias: str, rows: list[JobRun], now: datetime, decider: str) -> None:
     """One timeline entry per missed or skipped row, naming who decided it."""
-    kinds = {RunState.MISSED: EventKind.MISSED, RunState.SKIPPED: EventKind.SKIPPED}
+    kinds: dict[str, EventKind] = {
+        RunState.MISSED: EventKind.MISSED,
+        RunState.SKIPPED: EventKind.SKIPPED,
+    }
     RunEvent.objects.using(alias).bulk_create(
         RunEvent(run_id=r.pk, at=now, kind=kinds[r.state], node=decider, reason=r.reason)
         for r in rows

@@ -6,17 +6,19 @@ reads) or to fail with an error that did not say what to change.
 
 from __future__ import annotations
 
-from datetime import timedelta
+import logging
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from django_cluster_jobs import ImproperlyDeclared, InvalidPayload, Job, job, registry
+from django_cluster_jobs import ImproperlyDeclared, InvalidPayload, Job, RunContext, job, registry
 
 pytestmark = pytest.mark.usefixtures("registry_restored")
 
 NAME = "unit.declarations.job"
 #: Django Tasks' priority range (validation.PRIORITY_MIN and PRIORITY_MAX).
 PRIORITY_MIN, PRIORITY_MAX = -100, 100
+LOG = logging.LoggerAdapter(logging.getLogger("tests.unit"), {})
 
 
 def handler() -> None:
@@ -311,3 +313,77 @@ def test_the_first_of_several_problems_is_raised_in_column_order():
     with pytest.raises(ImproperlyDeclared) as caught:
         job(name=NAME, priority=500, queue="")(handler)
     assert caught.value.field == "priority"
+
+
+# -- takes_context: said, not guessed ------------------------------------------------------------
+
+
+def keyword_only(*, value: int = 0) -> int:
+    return value
+
+
+def no_parameters() -> str:
+    return "none"
+
+
+def first_is_run(run, value: int = 0):
+    return (run, value)
+
+
+def first_is_ctx(ctx=None, value: int = 0):
+    return (ctx, value)
+
+
+def takes_all(*args):
+    return args
+
+
+@pytest.mark.parametrize("handler_", [keyword_only, no_parameters])
+def test_takes_context_true_needs_a_positional_parameter(handler_):
+    with pytest.raises(ImproperlyDeclared) as caught:
+        job(name=NAME, takes_context=True)(handler_)
+    assert NAME not in registry
+    says(caught.value, "takes_context", "True", handler_.__qualname__, "positional parameter")
+    assert "takes_context=True" in str(caught.value)
+
+
+@pytest.mark.parametrize("value", ["yes", 1, 0])
+def test_takes_context_must_be_a_bool_or_none(value):
+    with pytest.raises(ImproperlyDeclared) as caught:
+        job(name=NAME, takes_context=value)(first_is_run)
+    says(caught.value, "takes_context", "True", "False", "None")
+
+
+def test_takes_context_true_passes_the_context_whatever_the_parameter_is_called():
+    declared = job(name=NAME, takes_context=True)(first_is_run)
+    context = RunContext(1, NAME, "k", datetime(2026, 1, 1, tzinfo=UTC), 1, 1, "n", {}, LOG)
+    assert declared.wants_context is True
+    assert declared.invoke(context, {"value": 2}) == (context, 2)
+
+
+def test_takes_context_true_accepts_star_args():
+    declared = job(name=NAME, takes_context=True)(takes_all)
+    context = RunContext(1, NAME, "k", datetime(2026, 1, 1, tzinfo=UTC), 1, 1, "n", {}, LOG)
+    assert declared.invoke(context, {}) == (context,)
+
+
+def test_takes_context_false_never_passes_it_even_to_a_parameter_named_ctx():
+    declared = job(name=NAME, takes_context=False)(first_is_ctx)
+    context = RunContext(1, NAME, "k", datetime(2026, 1, 1, tzinfo=UTC), 1, 1, "n", {}, LOG)
+    assert declared.wants_context is False
+    assert declared.invoke(context, {"value": 3}) == (None, 3)
+
+
+def test_the_payload_is_bound_after_the_context_the_declaration_says():
+    # The context fills the first parameter, so a scheduled job needs no payload for it ...
+    assert job(name=NAME, every=timedelta(minutes=1), takes_context=True)(first_is_run)
+    registry.unregister(NAME)
+    # ... and without the context, ``run`` is a required argument the payload must give.
+    with pytest.raises(InvalidPayload):
+        job(name=NAME, every=timedelta(minutes=1), takes_context=False)(first_is_run)
+
+
+def test_takes_context_none_keeps_the_inference():
+    assert job(name=NAME)(first_is_ctx).wants_context is True
+    registry.unregister(NAME)
+    assert job(name=NAME, takes_context=None)(first_is_run).wants_context is False
