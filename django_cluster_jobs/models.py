@@ -297,6 +297,10 @@ class NodeStatus(models.TextChoices):
     DEAD = "dead", _("dead")
 
 
+#: The statuses of a node that is meant to be running.
+LIVE_NODE = (NodeStatus.ACTIVE, NodeStatus.DRAINING)
+
+
 class WorkerNode(models.Model):
     """One runscheduler process, with its heartbeat and what it decided."""
 

@@ -20,7 +20,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import QuerySet
 
 from ..models import Lease
-from .types import Claim, Heartbeat, NodeStats, Won
+from .types import Claim, Heartbeat, LeaderRenewal, NodeStats, Won
 
 
 @dataclass(frozen=True)
@@ -70,9 +70,12 @@ class Vendor(ABC):
         lease_until: datetime,
         stats: NodeStats,
         runs: Collection[tuple[int, int]] = (),
+        leader: LeaderRenewal | None = None,
     ) -> Heartbeat:
-        """Renew the node row and the leases of ``runs`` ((run id, fence) pairs it executes);
-        the answer's ``owned_runs`` are the ones the database confirmed under their fence."""
+        """Renew the node row, the leases of ``runs`` ((run id, fence) pairs it executes) and,
+        with ``leader``, the leader lease this node holds; the answer's ``owned_runs`` are the
+        ones the database confirmed under their fence. Reads what the answer carries besides
+        (see Heartbeat) in the same round trip where the database can."""
 
     @abstractmethod
     def take_pending(

@@ -8,11 +8,13 @@ from datetime import datetime
 from typing import ClassVar
 
 from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import F, Q, QuerySet
+from django.db.models import F, Min, Q, QuerySet
 from django.db.models.functions import Now
 
 from ..models import (
     DEFINITIONS,
+    LEADER_LEASE,
+    LIVE_NODE,
     Counter,
     EventKind,
     JobDefinition,
@@ -25,7 +27,7 @@ from ..models import (
 from ..policies.overlap import takes_lane
 from .base import Features, Vendor, is_lock_timeout, lease_row
 from .pending import pick, taken_kind, won_of
-from .types import Claim, Heartbeat, NodeStats, Won
+from .types import Claim, Heartbeat, LeaderRenewal, LeaseSeen, NodeStats, Peer, Won
 
 
 class ORMVendor(Vendor):
@@ -94,23 +96,40 @@ class ORMVendor(Vendor):
         lease_until: datetime,
         stats: NodeStats,
         runs: Collection[tuple[int, int]] = (),
+        leader: LeaderRenewal | None = None,
     ) -> Heartbeat:
-        with transaction.atomic(using=self.alias):
-            nodes = WorkerNode.objects.using(self.alias).filter(node_id=node)
+        alias = self.alias
+        with transaction.atomic(using=alias):
+            nodes = WorkerNode.objects.using(alias).filter(node_id=node)
             nodes.update(last_heartbeat=now, **stats.fields())
-            mine = JobRun.objects.using(self.alias).filter(
+            mine = JobRun.objects.using(alias).filter(
                 owned_by(runs), node=node, state=RunState.RUNNING
             )
             mine.update(lease_expires_at=lease_until)
             owned = list(mine.values_list("pk", "cancel_requested"))
             status = nodes.values_list("status", flat=True).first()
-            counters = Counter.objects.using(self.alias).filter(name=DEFINITIONS)
+            counters = Counter.objects.using(alias).filter(name=DEFINITIONS)
             definitions = counters.values_list("value", flat=True).first()
+            leases = Lease.objects.using(alias).filter(name=LEADER_LEASE)
+            seen = leases.values_list("holder", "expires_at").first()
+            fence = None
+            if leader is not None:
+                mine_lease = leases.filter(token=leader.token, expires_at__gt=now)
+                if mine_lease.update(expires_at=leader.until):
+                    fence = mine_lease.values_list("fence", flat=True).first()
+            live = WorkerNode.objects.using(alias).filter(status__in=LIVE_NODE).order_by("pk")
+            peers = live.values_list("pk", "node_id", "process", "last_heartbeat")
+            expiry = JobRun.objects.using(alias).filter(state=RunState.RUNNING)
+            next_expiry = expiry.aggregate(at=Min("lease_expires_at"))["at"]
         return Heartbeat(
             status or "",
             frozenset(p for p, _ in owned),
             frozenset(p for p, c in owned if c),
             definitions=definitions,
+            peers=tuple(Peer(*row) for row in peers),
+            leader_fence=fence,
+            leader=LeaseSeen(*seen) if seen else None,
+            next_expiry=next_expiry,
         )
 
     # -- pending runs -------------------------------------------------------------------------

@@ -10,12 +10,20 @@ from typing import Any, ClassVar
 
 from django.db import transaction
 
-from ..models import WorkerNode
 from . import sql
 from .base import Features, json_param
 from .orm import ORMVendor
 from .pending import BOUNDS, aging_step, take_native
-from .types import Claim, Heartbeat, NodeStats, Won, peers_of
+from .types import (
+    Claim,
+    Heartbeat,
+    LeaderRenewal,
+    NodeStats,
+    Won,
+    instant,
+    lease_seen,
+    peers_of,
+)
 
 #: First key of the two-int advisory lock space, so ours cannot collide with the application's
 #: single-bigint locks ("CJ" in ASCII).
@@ -112,10 +120,10 @@ class PostgreSQLVendor(ORMVendor):
         lease_until: datetime,
         stats: NodeStats,
         runs: Collection[tuple[int, int]] = (),
+        leader: LeaderRenewal | None = None,
     ) -> Heartbeat:
         conn = self.connection
         pairs = [(int(run_id), int(fence)) for run_id, fence in runs]
-        query = sql.PG_HEARTBEAT.format(node_table=WorkerNode._meta.db_table)
         params = [
             now,
             stats.clock_offset_ms,
@@ -127,16 +135,23 @@ class PostgreSQLVendor(ORMVendor):
             node,
             [run_id for run_id, _ in pairs],
             [fence for _, fence in pairs],
+            leader.until if leader else now,
+            leader.token if leader else None,
+            now,
         ]
         with conn.cursor() as cursor:
-            cursor.execute(query, params)
+            cursor.execute(sql.PG_HEARTBEAT, params)
             rows = cursor.fetchall()
         owned = [(row[1], row[2]) for row in rows if row[1] is not None]
+        first = rows[0]
         return Heartbeat(
-            rows[0][0] or "",
+            first[0] or "",
             frozenset(r for r, _ in owned),
             frozenset(r for r, c in owned if c),
-            db_time=rows[0][3],
-            definitions=rows[0][4],
-            peers=peers_of(rows[0][5]),
+            db_time=first[3],
+            leader_fence=first[4],
+            definitions=first[5],
+            peers=peers_of(first[6]),
+            leader=lease_seen(first[7]),
+            next_expiry=instant(first[8]),
         )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from ..models import Counter, JobDefinition, JobRun, RunEvent, WorkerNode
+from ..models import Counter, JobDefinition, JobRun, Lease, RunEvent, WorkerNode
 
 COUNTER = Counter._meta.db_table
 NODE = WorkerNode._meta.db_table
+LEASE = Lease._meta.db_table
 RUN = JobRun._meta.db_table
 JOB = JobDefinition._meta.db_table
 EVENT = RunEvent._meta.db_table
@@ -86,42 +87,63 @@ CLAIMED_EVENT = f"""
 INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason) VALUES (%s, %s, 'claimed', %s, 1, '')
 """
 
-# PostgreSQL heartbeat: node row and every lease of its running runs in one round trip, with the
-# database's clock for the node's offset measurement, the definitions counter and the live nodes
-# (for presence: engine.presence).
-# Parameters: last_heartbeat, clock_offset_ms, claims_won, claims_lost, skipped, node,
-# lease_until, node, the ids of the runs the node executes and, in the same order, their fences.
-# A lease is renewed only under the fence the node holds.
+# What every heartbeat reads besides its writes: the definitions counter, the live nodes (for
+# presence and the leader's dead-node chore), the leader lease (so a node tries to lead only when
+# it is free) and the earliest run lease expiry (so the leader reaps at that instant, not
+# polling). On PostgreSQL these subqueries see the statement's snapshot, from before its writes.
+HEARTBEAT_READS = f"""(SELECT value FROM {COUNTER} WHERE name = 'definitions'),
+       {{peers}},
+       (SELECT {{pair}}(holder, expires_at) FROM {LEASE} WHERE name = 'leader'),
+       (SELECT MIN(lease_expires_at) FROM {RUN} WHERE state = 'running')"""
+PG_PEERS = f"""(SELECT json_agg(json_build_array(id, node_id, process, last_heartbeat) ORDER BY id)
+        FROM {NODE} WHERE status IN ('active', 'draining'))"""
+SQLITE_PEERS = f"""(SELECT json_group_array(json_array(id, node_id, process, last_heartbeat))
+        FROM (SELECT id, node_id, process, last_heartbeat FROM {NODE}
+              WHERE status IN ('active', 'draining') ORDER BY id))"""
+
+# PostgreSQL heartbeat: node row, every lease of its running runs and, on the leader, the leader
+# lease, in one round trip, with the database's clock for the node's offset measurement and
+# HEARTBEAT_READS. Parameters: last_heartbeat, clock_offset_ms, claims_won, claims_lost, skipped,
+# node, lease_until, node, the ids of the runs the node executes and, in the same order, their
+# fences, then leader_until, the leader token (NULL when not leading), now. A run lease is renewed
+# only under the fence the node holds; the leader lease only under its token, while unexpired and
+# not locked by another transaction (a process frozen mid-chore must not stall the heartbeat:
+# the leader thread then renews it, its lock waits bounded).
 PG_HEARTBEAT = f"""
 WITH n AS (
-    UPDATE {{node_table}} SET last_heartbeat = %s, clock_offset_ms = %s, claims_won = %s,
-                             claims_lost = %s, skipped = %s
+    UPDATE {NODE} SET last_heartbeat = %s, clock_offset_ms = %s, claims_won = %s,
+                      claims_lost = %s, skipped = %s
     WHERE node_id = %s RETURNING status
 ), r AS (
     UPDATE {RUN} SET lease_expires_at = %s
     WHERE node = %s AND state = 'running'
       AND (id, fence) IN (SELECT * FROM unnest(%s::bigint[], %s::bigint[]))
     RETURNING id, cancel_requested
+), l AS (
+    UPDATE {LEASE} SET expires_at = %s
+    WHERE id IN (SELECT id FROM {LEASE} WHERE name = 'leader' AND token = %s AND expires_at > %s
+                 FOR UPDATE SKIP LOCKED)
+    RETURNING fence
 )
-SELECT (SELECT status FROM n), r.id, r.cancel_requested, clock_timestamp(),
-       (SELECT value FROM {COUNTER} WHERE name = 'definitions'),
-       (SELECT json_agg(json_build_array(id, node_id, process) ORDER BY id) FROM {NODE}
-        WHERE status IN ('active', 'draining'))
+SELECT (SELECT status FROM n), r.id, r.cancel_requested, clock_timestamp(), (SELECT fence FROM l),
+       {HEARTBEAT_READS.format(peers=PG_PEERS, pair="json_build_array")}
 FROM (SELECT 1) AS one LEFT JOIN r ON true
 """
 
-# SQLite heartbeat: the node row, returning its status, the definitions counter and the live
-# nodes, in one
-# statement (with no run to renew, the whole heartbeat). Parameters: last_heartbeat,
-# clock_offset_ms, claims_won, claims_lost, skipped, node.
+# SQLite heartbeat: the node row, returning its status and HEARTBEAT_READS, in one statement
+# (with no run to renew and no leader lease to keep, the whole heartbeat). Parameters:
+# last_heartbeat, clock_offset_ms, claims_won, claims_lost, skipped, node.
 SQLITE_HEARTBEAT = f"""
-UPDATE {{node_table}} SET last_heartbeat = %s, clock_offset_ms = %s, claims_won = %s,
-                         claims_lost = %s, skipped = %s
+UPDATE {NODE} SET last_heartbeat = %s, clock_offset_ms = %s, claims_won = %s,
+                  claims_lost = %s, skipped = %s
 WHERE node_id = %s
-RETURNING status, (SELECT value FROM {COUNTER} WHERE name = 'definitions'),
-          (SELECT json_group_array(json_array(id, node_id, process)) FROM
-             (SELECT id, node_id, process FROM {NODE}
-              WHERE status IN ('active', 'draining') ORDER BY id))
+RETURNING status, {HEARTBEAT_READS.format(peers=SQLITE_PEERS, pair="json_array")}
+"""
+
+# Renew the leader lease under its token while unexpired. Parameters: leader_until, token, now.
+LEADER_RENEW = f"""
+UPDATE {LEASE} SET expires_at = %s WHERE name = 'leader' AND token = %s AND expires_at > %s
+RETURNING fence
 """
 
 # SQLite: renew the leases of the runs the node executes, each under its fence. Parameters:

@@ -7,12 +7,20 @@ from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, ClassVar
 
-from ..models import WorkerNode
 from . import sql
 from .base import Features, dt_param, json_param
 from .orm import ORMVendor
 from .pending import BOUNDS, aging_step, take_native
-from .types import Claim, Heartbeat, NodeStats, Won, peers_of
+from .types import (
+    Claim,
+    Heartbeat,
+    LeaderRenewal,
+    NodeStats,
+    Won,
+    instant,
+    lease_seen,
+    peers_of,
+)
 
 
 @contextmanager
@@ -80,17 +88,19 @@ class SQLiteVendor(ORMVendor):
         lease_until: datetime,
         stats: NodeStats,
         runs: Collection[tuple[int, int]] = (),
+        leader: LeaderRenewal | None = None,
     ) -> Heartbeat:
-        """One statement for the node row (its status and the definitions counter back), and
-        one for the leases of its runs when it executes any; each commits on its own."""
+        """One statement for the node row (its status and what every heartbeat reads back), one
+        for the leases of its runs when it executes any, one for the leader lease on the leader;
+        each commits on its own (a transaction around them would add two statements a beat)."""
         conn = self.connection
         at = dt_param(conn, now)
         params = [at, stats.clock_offset_ms, stats.claims_won, stats.claims_lost,
                   json_param(conn, stats.skipped), node]  # fmt: skip
         pairs = [(int(run_id), int(fence)) for run_id, fence in runs]
-        query = sql.SQLITE_HEARTBEAT.format(node_table=WorkerNode._meta.db_table)
+        fence = None
         with conn.cursor() as cursor:
-            cursor.execute(query, params)
+            cursor.execute(sql.SQLITE_HEARTBEAT, params)
             row = cursor.fetchone()
             owned: list[tuple[int, bool]] = []
             if pairs:
@@ -98,13 +108,20 @@ class SQLiteVendor(ORMVendor):
                 flat = [value for pair in pairs for value in pair]
                 cursor.execute(renew, [dt_param(conn, lease_until), node, *flat])
                 owned = [(run_id, bool(cancel)) for run_id, cancel in cursor.fetchall()]
-        status, definitions, peers = row if row else ("", None, None)
+            if leader is not None:
+                cursor.execute(sql.LEADER_RENEW, [dt_param(conn, leader.until), leader.token, at])
+                renewed = cursor.fetchone()
+                fence = renewed[0] if renewed else None
+        status, definitions, peers, lease, expiry = row if row else ("", None, None, None, None)
         return Heartbeat(
             status or "",
             frozenset(r for r, _ in owned),
             frozenset(r for r, c in owned if c),
             definitions=definitions,
             peers=peers_of(peers),
+            leader_fence=fence,
+            leader=lease_seen(lease),
+            next_expiry=instant(expiry),
         )
 
     def take_pending(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
@@ -79,28 +79,76 @@ class NodeStats:
 
 @dataclass(frozen=True)
 class Peer:
-    """A live node as a heartbeat sees it: its registry row, id and process identity."""
+    """A live node as a heartbeat sees it: its registry row, id, process identity and last
+    heartbeat (cluster time)."""
 
     pk: int
     node_id: str
     process: str
+    last_heartbeat: datetime | None = field(default=None, compare=False)
+
+
+@dataclass(frozen=True)
+class LeaderRenewal:
+    """What a heartbeat of the leader renews: its lease, under its token, until ``until``."""
+
+    token: str
+    until: datetime
+
+
+@dataclass(frozen=True)
+class LeaseSeen:
+    """The leader lease as a heartbeat read it: who holds it, until when."""
+
+    holder: str
+    expires_at: datetime | None
+
+    def free(self, now: datetime) -> bool:
+        return self.expires_at is None or self.expires_at <= now
+
+
+def _json(value: Any) -> Any:
+    if isinstance(value, str | bytes):
+        try:
+            return json.loads(value)
+        except ValueError:
+            return None
+    return value
+
+
+def instant(value: Any) -> datetime | None:
+    """An aware datetime from a database value or JSON text (naive text is UTC, as Django stores
+    it on SQLite); None from anything else."""
+    if isinstance(value, datetime):
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+    if not isinstance(value, str):
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
 def peers_of(rows: Any) -> tuple[Peer, ...]:
-    """Peers from the ``[[pk, node_id, process], ...]`` a heartbeat statement returns (a JSON
-    text on SQLite, already decoded on PostgreSQL); nothing from anything else."""
-    if isinstance(rows, str | bytes):
-        try:
-            rows = json.loads(rows)
-        except ValueError:
-            return ()
+    """Peers from the ``[[pk, node_id, process, last_heartbeat], ...]`` a heartbeat statement
+    returns (a JSON text on SQLite, already decoded on PostgreSQL); nothing from anything else."""
+    rows = _json(rows)
     if not isinstance(rows, list):
         return ()
     return tuple(
-        Peer(int(row[0]), str(row[1]), str(row[2] or ""))
+        Peer(int(row[0]), str(row[1]), str(row[2] or ""), instant(row[3]))
         for row in rows
-        if isinstance(row, list) and len(row) == 3 and isinstance(row[0], int)
+        if isinstance(row, list) and len(row) == 4 and isinstance(row[0], int)
     )
+
+
+def lease_seen(value: Any) -> LeaseSeen | None:
+    """The leader lease from the ``[holder, expires_at]`` a heartbeat statement returns."""
+    value = _json(value)
+    if not isinstance(value, list) or len(value) != 2:
+        return None
+    return LeaseSeen(str(value[0] or ""), instant(value[1]))
 
 
 @dataclass(frozen=True)
@@ -117,6 +165,12 @@ class Heartbeat:
     definitions: int | None = None
     #: The live nodes (active or draining), this one included, where the statement reads them.
     peers: tuple[Peer, ...] = ()
+    #: The leader lease's fence when this beat renewed it (the node holds it), else None.
+    leader_fence: int | None = None
+    #: The leader lease as the beat read it (before its own renewal); None without a row.
+    leader: LeaseSeen | None = None
+    #: The earliest lease expiry of a running run anywhere in the cluster.
+    next_expiry: datetime | None = None
 
 
 @dataclass(frozen=True)

@@ -89,9 +89,11 @@ class HeartbeatThread(PeriodicThread):
         offset_ms = host.clock.offset.total_seconds() * 1000
         running = {(active.won.run_id, active.won.fence) for active in host.runner.snapshot()}
         sent = host.clock.local()
+        renewal = host.leader_renewal(now)
         beat = host.ledger.vendor.heartbeat(
-            host.node_id, now, lease_until(now), host.counters.snapshot(offset_ms), running
-        )
+            host.node_id, now, lease_until(now), host.counters.snapshot(offset_ms), running,
+            leader=renewal,
+        )  # fmt: skip
         if beat.db_time is not None:
             self._observe(sent, beat.db_time, host.clock.local())
             self._clock_known = True
@@ -109,6 +111,7 @@ class HeartbeatThread(PeriodicThread):
         if beat.cancel_requested:
             host.runner.cancel(set(beat.cancel_requested), why=Stop.CANCEL)
         host.peers_seen(beat.peers)
+        host.leader_observed(beat, now, renewal)
         return beat.definitions
 
     def _notice_lost_runs(self, lost: set[int]) -> None:

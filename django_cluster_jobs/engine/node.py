@@ -19,7 +19,8 @@ from django.db import DatabaseError
 from django.utils.module_loading import import_string
 
 from ..conf import app_settings
-from ..coordination import Peer, Won
+from ..coordination import Heartbeat, Peer, Won
+from ..coordination.types import LeaderRenewal
 from ..ledger import Ledger, get_ledger
 from ..models import NodeStatus, RunState
 from ..registry import Registry, registry
@@ -146,6 +147,16 @@ class Node:
         self._reload.set()
         self.wake.set()
 
+    def leader_renewal(self, now: datetime) -> LeaderRenewal | None:
+        return self.leader.renewal(now)
+
+    def leader_observed(
+        self, beat: Heartbeat, now: datetime, renewal: LeaderRenewal | None
+    ) -> None:
+        """What a heartbeat saw, for the leader: its thread wakes when there is work."""
+        if self.leader.observe(beat, now, renewal):
+            self.leader_thread.poke()
+
     def peers_seen(self, peers: Sequence[Peer]) -> None:
         """The live nodes the heartbeat read: presence watches them."""
         if self.presence is not None:
@@ -207,9 +218,13 @@ class Node:
         moment it registered, and its first tick follows at once, so it never claims an
         occurrence late while a node that started after it claims the next one.
         """
+        began = time.monotonic()
         sync_definitions(self.registry, self.ledger.alias)
         self._take_presence()
         pk = self.register()
+        # The node exists from the moment it began to start: an occurrence that falls while it
+        # copies its definitions (slow on a loaded host) is its to fire, not a missed one.
+        self._registered = began
         if self.presence is not None and self.presence.own is None:
             self.presence.hold(pk)  # the first registration of this node id
         # The clock first: the node's start and its first plan are instants in cluster time.
@@ -291,16 +306,16 @@ class Node:
             self.ledger.chores.node_lost(self.node_id, process, self.node_id, self.clock.now(), how)
 
     def _mark_started(self) -> None:
-        """Plan from the moment this node registered, in cluster time, and store that moment.
+        """Plan from the moment this node began to start, in cluster time, and store that moment.
 
         The leader's catch-up leaves every occurrence after a live node's ``started_at`` to the
         nodes, so the first plan must collect everything after it, including what falls due while
-        the node loads its definitions; a clock found to be off corrects the stored start.
+        the node copies and loads its definitions; the stored start (written at registration, on
+        this node's own clock) is corrected to it.
         """
         started = self.clock.now() - timedelta(seconds=time.monotonic() - self._registered)
         self.claimer.started_at = started
-        if self.clock.offset:
-            set_status(self.ledger.alias, self.node_id, started_at=started, last_heartbeat=started)
+        set_status(self.ledger.alias, self.node_id, started_at=started, last_heartbeat=started)
 
     def _set_status(self, status: str, *, stopped: bool = False) -> None:
         offset_ms = self.clock.offset.total_seconds() * 1000

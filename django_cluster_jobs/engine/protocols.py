@@ -7,7 +7,8 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Protocol
 
-from ..coordination import Peer, Won
+from ..coordination import Heartbeat, Peer, Won
+from ..coordination.types import LeaderRenewal
 from ..ledger import Ledger
 from .clock import Clock
 from .planner import Planned
@@ -74,6 +75,12 @@ class HeartbeatHost(Logs, Protocol):
     def request_reload(self) -> None: ...
 
     def peers_seen(self, peers: Sequence[Peer]) -> None: ...
+
+    def leader_renewal(self, now: datetime) -> LeaderRenewal | None: ...
+
+    def leader_observed(
+        self, beat: Heartbeat, now: datetime, renewal: LeaderRenewal | None
+    ) -> None: ...
 
 
 class LeaderHost(Logs, Protocol):

@@ -15,6 +15,7 @@ from django.db.models import F, OuterRef, Subquery
 from ..coordination import Vendor
 from ..models import (
     LEADER_LEASE,
+    LIVE_NODE,
     LIVE_STATES,
     Cause,
     ClusterEvent,
@@ -35,8 +36,6 @@ from .signals import after_commit
 
 #: Takeovers allowed beyond a job's max_attempts before the run is dead-lettered (poison pill).
 MAX_TAKEOVERS = 2
-#: The statuses of a node that is meant to be running.
-LIVE_NODE = (NodeStatus.ACTIVE, NodeStatus.DRAINING)
 #: Most finished runs one purge deletes (the next purge takes the rest).
 PURGE_BATCH = 10_000
 

@@ -439,3 +439,36 @@ def test_a_deposed_leaders_chores_write_nothing(node):
     assert JobRun.objects.filter(pk=old.pk).exists()
     assert not JobRun.objects.filter(job=missed).exists()
     assert JobDefinition.objects.get(pk=missed.pk).settled_through == now - timedelta(minutes=1)
+
+
+def test_an_occurrence_falling_while_the_node_copies_its_definitions_is_its_own(monkeypatch):
+    """A node exists from the moment it begins to start: an occurrence due while it copies its
+    definitions (slow on a loaded host) is fired by it, not settled by the leader as missed."""
+    import math
+
+    from django_cluster_jobs.engine import node as node_module
+    from django_cluster_jobs.engine.registration import sync_definitions
+    from django_cluster_jobs.models import Outcome
+
+    slow = Node("slow-start", threads=2)
+    sync_definitions(slow.registry, slow.ledger.alias)
+    enable("tests.every_second")  # its mark: now
+    due = math.floor(slow.clock.now().timestamp()) + 1  # the next whole second
+
+    def slow_sync(jobs, alias):
+        sync_definitions(jobs, alias)
+        time.sleep(max(0.0, due + 0.2 - slow.clock.now().timestamp()))
+
+    monkeypatch.setattr(node_module, "sync_definitions", slow_sync)
+    slow.start()
+    try:
+        slow.tick()
+        run = wait_until(
+            lambda: JobRun.objects.filter(
+                job__name="tests.every_second", scheduled_at__second=due % 60
+            ).first(),
+            10,
+        )
+        assert (run.outcome, run.node) == (Outcome.WON, "slow-start"), run.reason
+    finally:
+        slow.stop()

@@ -6,12 +6,13 @@ import os
 import subprocess
 import sys
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-from django_cluster_jobs.coordination.types import Peer, peers_of
+from django_cluster_jobs.coordination.types import LeaseSeen, Peer, lease_seen, peers_of
 from django_cluster_jobs.engine.presence import process_alive, process_token, successor
 
 
@@ -57,12 +58,26 @@ def test_what_cannot_be_judged_is_left_to_the_lease():
 
 
 def test_peers_are_read_from_either_form_and_nothing_else():
-    rows = [[1, "a", "t1"], [2, "b", None]]
-    expected = (Peer(1, "a", "t1"), Peer(2, "b", ""))
+    beat = datetime(2026, 12, 1, 12, 0, 0, 250000, tzinfo=UTC)
+    rows = [[1, "a", "t1", "2026-12-01T12:00:00.25+00:00"], [2, "b", None, None]]
+    expected = (Peer(1, "a", "t1", beat), Peer(2, "b", "", None))
     assert peers_of(rows) == expected
-    assert peers_of('[[1, "a", "t1"], [2, "b", null]]') == expected
-    for junk in (None, "not json", "{}", 5, [[1, 2]], [["1", "a", "t"]]):
+    assert peers_of(rows)[0].last_heartbeat == beat
+    sqlite = '[[1, "a", "t1", "2026-12-01 12:00:00.250000"], [2, "b", null, null]]'
+    assert peers_of(sqlite) == expected and peers_of(sqlite)[0].last_heartbeat == beat
+    for junk in (None, "not json", "{}", 5, [[1, 2, 3]], [["1", "a", "t", None]]):
         assert peers_of(junk) == ()
+
+
+def test_the_leader_lease_is_read_from_either_form():
+    until = datetime(2026, 12, 1, 12, 0, 15, tzinfo=UTC)
+    assert lease_seen(["n1", "2026-12-01T12:00:15+00:00"]) == LeaseSeen("n1", until)
+    assert lease_seen('["n1", "2026-12-01 12:00:15"]') == LeaseSeen("n1", until)
+    assert lease_seen(["", None]) == LeaseSeen("", None)
+    assert LeaseSeen("", None).free(until) and LeaseSeen("n1", until).free(until)
+    assert not LeaseSeen("n1", until).free(until - timedelta(seconds=1))
+    for junk in (None, "x", [1], {}):
+        assert lease_seen(junk) is None
 
 
 @given(st.sets(st.integers(min_value=1, max_value=10_000), min_size=1, max_size=30))

@@ -15,7 +15,7 @@ from mypy import api as mypy_api
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SAMPLE = '''
+SAMPLE = """
 from django_cluster_jobs import Job, RunContext, job
 
 
@@ -47,7 +47,7 @@ told(1, 2)  # error: arg-type
 
 @job(takes_context=True)  # error: arg-type
 def keyword_only(*, n: int) -> None: ...
-'''
+"""
 
 
 @pytest.fixture(scope="module")
@@ -81,12 +81,14 @@ def test_a_decorated_function_keeps_its_signature(report):
     assert report[line_of("reveal_type(plain)")] == [
         'note: Revealed type is "django_cluster_jobs.registry.Job[[x: int, label: str =], float]"'
     ]
-    assert "Job[[ctx: django_cluster_jobs.context.RunContext, n: int =], str]" in (
-        report[line_of("reveal_type(inferred)")][0]
+    assert (
+        "Job[[ctx: django_cluster_jobs.context.RunContext, n: int =], str]"
+        in (report[line_of("reveal_type(inferred)")][0])
     )
     # The context becomes positional-only: a job called directly takes it first.
-    assert "Job[[django_cluster_jobs.context.RunContext, n: int], int]" in (
-        report[line_of("reveal_type(told)")][0]
+    assert (
+        "Job[[django_cluster_jobs.context.RunContext, n: int], int]"
+        in (report[line_of("reveal_type(told)")][0])
     )
 
 
