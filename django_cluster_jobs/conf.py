@@ -44,7 +44,7 @@ class Defaults:
     #: transaction mode, which cannot hold a session lock.
     PRESENCE: bool = True
     #: Seconds a run lease lasts without renewal.
-    LEASE_TTL: float = 30.0
+    LEASE_TTL: float = 15.0
     #: Seconds between heartbeats (node row, run leases, clock offset).
     HEARTBEAT_INTERVAL: float = 5.0
     #: Seconds without heartbeat after which the leader marks a node dead.

@@ -117,7 +117,7 @@ def test_unknown_database_alias():
         ("EXECUTOR_THREADS", 0, "a whole number, 1 or more", 4),
         ("EXECUTOR_THREADS", 2.5, "a whole number, 1 or more", 4),
         ("CLAIM_BATCH_SIZE", True, "a whole number, 1 or more", 500),
-        ("LEASE_TTL", -1, "a positive number of seconds", 30.0),
+        ("LEASE_TTL", -1, "a positive number of seconds", 15.0),
         ("HEARTBEAT_INTERVAL", "5", "a positive number of seconds", 5.0),
         ("POLL_INTERVAL", 0, "a positive number of seconds", 1.0),
         ("DEAD_AFTER", None, "a positive number of seconds", 60.0),

@@ -21,7 +21,7 @@ DEFAULTS = {
     "DATABASE": "default",
     "COORDINATION": "auto",
     "PRESENCE": True,
-    "LEASE_TTL": 30.0,
+    "LEASE_TTL": 15.0,
     "HEARTBEAT_INTERVAL": 5.0,
     "DEAD_AFTER": 60.0,
     "LEADER_TTL": 15.0,
