@@ -80,3 +80,15 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_cluster_jobs": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# django.tasks: built into Django 6.0+, from the django-tasks backport (an app) on 5.2.
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    INSTALLED_APPS.insert(-2, "django_tasks")
+TASKS = {
+    "default": {
+        "BACKEND": "django_cluster_jobs.tasks.ClusterJobsBackend",
+        "QUEUES": ["default", "other"],
+    }
+}
