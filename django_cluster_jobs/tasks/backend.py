@@ -14,7 +14,7 @@ from ..exceptions import ClusterJobsError, ImproperlyDeclared
 from ..models import JobRun
 from . import compat
 from .jobs import build, job_for
-from .options import policies_from
+from .options import option_of, policies_from
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,10 +111,14 @@ class ClusterJobsBackend(compat.BaseTaskBackend):
     def check(self, **kwargs: Any) -> list[checks.CheckMessage]:
         """Report each problem of this backend's OPTIONS (``cluster_jobs.E021``)."""
         return [
-            checks.Error(str(problem), hint=getattr(problem, "hint", None),
-                         id="cluster_jobs.E021")
+            checks.Error(
+                f"TASKS[{self.alias!r}]: {option_of(problem.field)} {problem.value!r} is not "
+                "usable.",
+                hint=problem.hint,
+                id="cluster_jobs.E021",
+            )
             for problem in self.problems
-        ]  # fmt: skip
+        ]
 
 
 __all__ = ["ClusterJobsBackend", "ClusterJobsError", "ClusterTask"]

@@ -17,6 +17,12 @@ KEYS = {
 }
 
 
+def option_of(column: str) -> str:
+    """The OPTIONS key that sets ``column`` (``OPTIONS`` itself for a problem of the whole)."""
+    keys = {value: key for key, value in KEYS.items()}
+    return f"OPTIONS[{keys[column]!r}]" if column in keys else column
+
+
 def policies_from(alias: str, options: Any) -> tuple[dict[str, Any], list[ImproperlyDeclared]]:
     """Return the job columns OPTIONS ask for and every problem found in them."""
     label = f"TASKS[{alias!r}]"
