@@ -66,3 +66,12 @@ def slow(marker: str, seconds: float) -> int:
         path.write_text(str(os.getpid()))
         time.sleep(seconds)
     return os.getpid()
+
+
+# A periodic task, disabled until a test enables it (as an operator would, in the admin).
+from django_cluster_jobs.tasks.periodic import schedule  # noqa: E402
+
+every_second = schedule(
+    add, cron="* * * * * *", args=[40], kwargs={"b": 2}, name="tests.task_defs.add_every_second",
+    enabled=False,
+)  # fmt: skip

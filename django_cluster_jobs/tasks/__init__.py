@@ -6,11 +6,13 @@ The backend is imported on first use, so this package imports without either API
 
 from typing import Any
 
-__all__ = ["ClusterJobsBackend", "ClusterTask"]
+from .commit import enqueue_on_commit
+
+__all__ = ["ClusterJobsBackend", "ClusterTask", "enqueue_on_commit"]
 
 
 def __getattr__(name: str) -> Any:
-    if name in __all__:
+    if name in ("ClusterJobsBackend", "ClusterTask"):
         from . import backend
 
         return getattr(backend, name)

@@ -12,14 +12,22 @@ from . import compat
 from .results import result_of
 
 
-def execute(task: Any, context: RunContext) -> Any:
+def execute(task: Any, context: RunContext, payload: dict) -> Any:
     """Call the task's function with the run's args and kwargs; return its JSON return value
     (an awaitable for an async task, which the runner awaits).
 
-    A return value that is not JSON raises TypeError, as in Django's own backends, and the run
-    fails with it.
+    A run of a periodic task was claimed with its job's payload only: its arguments come from
+    there and are stored on the run first. A return value that is not JSON raises TypeError, as
+    in Django's own backends, and the run fails with it.
     """
-    run = JobRun.objects.using(app_settings.DATABASE).select_related("job").get(pk=context.run_id)
+    runs = JobRun.objects.using(app_settings.DATABASE)
+    if payload:  # under the fence, and once: a retry's row already has them
+        runs.filter(pk=context.run_id, fence=context.fence, task_path="").update(
+            task_path=task.module_path,
+            args=payload.get("args") or [],
+            kwargs=payload.get("kwargs") or {},
+        )
+    run = runs.get(pk=context.run_id)
     started = result_of(run, task)
     backend = task.get_backend()
     compat.task_started.send(sender=type(backend), task_result=started)

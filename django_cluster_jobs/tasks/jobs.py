@@ -68,7 +68,7 @@ def handler(task: Any) -> Callable[..., Any]:
     def run(context: RunContext, **payload: Any) -> Any:
         from .execute import execute
 
-        return execute(task, context)
+        return execute(task, context, payload)
 
     run.__module__, run.__qualname__ = task.func.__module__, task.func.__qualname__
     run.__name__ = task.func.__name__
