@@ -243,3 +243,14 @@ def test_arguments_that_are_not_json_are_refused_and_nothing_is_stored():
     with pytest.raises(InvalidPayload, match="NUL"):
         task_defs.add.enqueue("\x00")
     assert JobRun.objects.count() == before
+
+
+def test_a_dead_lettered_task_replays_with_its_arguments(node, tmp_path):
+    from django_cluster_jobs import services
+
+    failed = finished(task_defs.fails.enqueue("again"))
+    fresh = services.replay(JobRun.objects.get(pk=int(failed.id)), by="operator")
+    assert (fresh.task_path, fresh.args, fresh.kwargs) == ("tests.task_defs.fails", ["again"], {})
+    replayed = finished(task_defs.fails.get_result(str(fresh.pk)))
+    assert replayed.status == TaskResultStatus.FAILED and replayed.id != failed.id
+    assert "again" in replayed.errors[0].traceback
