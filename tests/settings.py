@@ -85,10 +85,19 @@ LOGGING = {
 try:
     import django.tasks  # noqa: F401
 except ImportError:
-    INSTALLED_APPS.insert(-2, "django_tasks")
+    try:
+        import django_tasks  # noqa: F401
+    except ImportError:  # neither: the checks test that cluster_jobs.E020 says so
+        pass
+    else:
+        INSTALLED_APPS.insert(-2, "django_tasks")
 TASKS = {
     "default": {
         "BACKEND": "django_cluster_jobs.tasks.ClusterJobsBackend",
         "QUEUES": ["default", "other"],
-    }
+    },
+    "at_most_once": {
+        "BACKEND": "django_cluster_jobs.tasks.ClusterJobsBackend",
+        "OPTIONS": {"DELIVERY": "at_most_once"},
+    },
 }

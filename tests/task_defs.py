@@ -75,3 +75,14 @@ every_second = schedule(
     add, cron="* * * * * *", args=[40], kwargs={"b": 2}, name="tests.task_defs.add_every_second",
     enabled=False,
 )  # fmt: skip
+
+
+@task(timeout=0.3)
+async def overruns() -> None:
+    await asyncio.sleep(30)
+
+
+@task(backend="at_most_once")
+def slow_once(marker: str, seconds: float) -> None:
+    Path(marker).write_text(str(os.getpid()))
+    time.sleep(seconds)

@@ -254,3 +254,11 @@ def test_a_dead_lettered_task_replays_with_its_arguments(node, tmp_path):
     replayed = finished(task_defs.fails.get_result(str(fresh.pk)))
     assert replayed.status == TaskResultStatus.FAILED and replayed.id != failed.id
     assert "again" in replayed.errors[0].traceback
+
+
+def test_a_task_past_its_timeout_is_failed(node):
+    result = finished(task_defs.overruns.enqueue())
+    assert result.status == TaskResultStatus.FAILED
+    assert len(result.errors) == 1 and result.attempts == 1
+    run = JobRun.objects.get(pk=int(result.id))
+    assert run.state == RunState.TIMED_OUT

@@ -87,3 +87,26 @@ def test_good_options_become_the_policies_of_every_task():
     assert backend.check() == []
     assert backend.policies["max_attempts"] == 3
     assert backend.policies["timeout"].total_seconds() == 30
+
+
+def test_e020_for_real_without_any_api_and_the_app_still_loads():
+    """A process where neither django.tasks nor the backport can be imported: the app loads,
+    jobs work, and ``manage.py check`` fails with E020."""
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    code = (
+        "import sys; sys.modules['django.tasks'] = None; sys.modules['django_tasks'] = None\n"
+        "import django; django.setup()\n"
+        "from django.core.management import call_command\n"
+        "call_command('check')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        env={**__import__("os").environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
+    )  # fmt: skip
+    assert done.returncode != 0
+    assert "cluster_jobs.E020" in done.stderr and "django-cluster-jobs[tasks]" in done.stderr
+    assert "cluster_jobs.E0" not in done.stderr.replace("cluster_jobs.E020", "")

@@ -57,3 +57,26 @@ def test_tasks_enqueued_while_three_nodes_run_are_each_run_once(start_scheduler)
         node.signal(signal.SIGTERM)
     for node in nodes:
         assert node.wait(DEADLINE) == 0
+
+
+def test_an_at_most_once_task_whose_node_dies_is_failed_lost(start_scheduler, tmp_path: Path):
+    marker = tmp_path / "once"
+    first = start_scheduler("first", "--duration", "50")
+    result = task_defs.slow_once.enqueue(str(marker), 120)
+    wait_until(marker.exists, DEADLINE)
+    first.signal(signal.SIGKILL)
+    first.wait(DEADLINE)
+    second = start_scheduler("second", "--duration", "50")
+
+    def done():
+        result.refresh()
+        return result.is_finished
+
+    wait_until(done, DEADLINE)
+    assert result.status == TaskResultStatus.FAILED
+    assert JobRun.objects.get(pk=int(result.id)).state == RunState.LOST
+    [error] = result.errors
+    assert error.exception_class_path == "django_cluster_jobs.tasks.results.TaskLost"
+    assert result.worker_ids == ["first"]  # never run again
+    second.signal(signal.SIGTERM)
+    assert second.wait(DEADLINE) == 0
