@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from django.apps import apps
 from django.utils.module_loading import import_string
 
 from .. import schedules, validation
@@ -76,8 +77,12 @@ def handler(task: Any) -> Callable[..., Any]:
 
 
 def resolve(name: str) -> TaskJob | None:
-    """The registry's resolver: the job of the task at dotted path ``name``, or None."""
-    if "." not in name:
+    """The registry's resolver: the job of the task at dotted path ``name``, or None.
+
+    Only paths inside an installed app are imported: a stored job name never makes a node
+    import a module of another package.
+    """
+    if not in_an_app(name):
         return None
     try:
         found = import_string(name)
@@ -90,6 +95,13 @@ def resolve(name: str) -> TaskJob | None:
     except ImproperlyDeclared as exc:
         logger.error("task %s cannot run here: %s", name, exc, extra={"job": name})
         return None
+
+
+def in_an_app(name: str) -> bool:
+    """True when ``name`` is a dotted path inside the package of an installed app."""
+    return "." in name and any(
+        name.startswith(f"{config.name}.") for config in apps.get_app_configs()
+    )
 
 
 def is_ours(found: Any) -> bool:

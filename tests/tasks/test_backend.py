@@ -262,3 +262,13 @@ def test_a_task_past_its_timeout_is_failed(node):
     assert len(result.errors) == 1 and result.attempts == 1
     run = JobRun.objects.get(pk=int(result.id))
     assert run.state == RunState.TIMED_OUT
+
+
+def test_the_resolver_imports_only_tasks_inside_installed_apps():
+    from django_cluster_jobs.registry import registry
+    from django_cluster_jobs.tasks.jobs import resolve
+
+    assert resolve("tests.task_defs.add").task is task_defs.add
+    assert resolve("tests.task_defs.Boom") is None  # importable, not a task
+    assert resolve("json.dumps") is None and resolve("nowhere") is None  # not in an app
+    assert "json.dumps" not in registry
