@@ -24,6 +24,10 @@ from ..registry import Job, registry
 
 logger = logging.getLogger(__name__)
 
+#: Names the resolver could not import: the admin and the checks ask about orphaned
+#: definitions' names on every page and run, and a failed import searches the whole path.
+NOT_IMPORTABLE: set[str] = set()
+
 
 @dataclass(frozen=True)
 class TaskJob(Job):
@@ -82,11 +86,12 @@ def resolve(name: str) -> TaskJob | None:
     Only paths inside an installed app are imported: a stored job name never makes a node
     import a module of another package.
     """
-    if not in_an_app(name):
+    if name in NOT_IMPORTABLE or not in_an_app(name):
         return None
     try:
         found = import_string(name)
-    except Exception:  # not an importable path: not a task
+    except Exception:  # not an importable path: not a task (and code does not change while
+        NOT_IMPORTABLE.add(name)  # the process runs, so it is not tried again)
         return None
     if not is_ours(found):
         return None

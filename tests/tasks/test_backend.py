@@ -266,9 +266,11 @@ def test_a_task_past_its_timeout_is_failed(node):
 
 def test_the_resolver_imports_only_tasks_inside_installed_apps():
     from django_cluster_jobs.registry import registry
-    from django_cluster_jobs.tasks.jobs import resolve
+    from django_cluster_jobs.tasks.jobs import NOT_IMPORTABLE, resolve
 
     assert resolve("tests.task_defs.add").task is task_defs.add
     assert resolve("tests.task_defs.Boom") is None  # importable, not a task
     assert resolve("json.dumps") is None and resolve("nowhere") is None  # not in an app
     assert "json.dumps" not in registry
+    assert resolve("tests.no_such_module.task") is None
+    assert "tests.no_such_module.task" in NOT_IMPORTABLE  # not searched for again
