@@ -15,8 +15,10 @@ class ClusterJobsConfig(AppConfig):
         from . import checks, signals  # noqa: F401  (registers checks and signal handlers)
         from .ledger.changes import definition_deleted
         from .models import JobDefinition
+        from .tasks.hooks import install
 
         post_delete.connect(
             definition_deleted, sender=JobDefinition, dispatch_uid="cluster_jobs_definitions"
         )
+        install()  # the django.tasks backend, where Django or the backport provides the API
         autodiscover_modules("jobs")

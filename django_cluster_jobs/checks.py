@@ -269,3 +269,11 @@ def check_code_names(app_configs: Any = None, **kwargs: Any) -> list[checks.Chec
         for row in _stored()
         if row.source == "database" and row.name in registry
     ]
+
+
+@checks.register()
+def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """cluster_jobs.E020, E022: TASKS names the django.tasks backend without its API or app."""
+    from .tasks.checks import check_tasks as check
+
+    return check(app_configs, **kwargs)

@@ -184,6 +184,21 @@ class JobRun(models.Model):
     fence = models.BigIntegerField(default=1)
     priority = models.IntegerField(default=0)
     payload = models.JSONField(default=dict, blank=True)
+    #: A ``django.tasks`` run: the task's dotted path and the arguments it is called with. The
+    #: database defaults keep the claim's INSERT, which does not name them, valid.
+    task_path = models.CharField(
+        max_length=255,
+        blank=True,
+        default="",
+        db_default="",
+        help_text=_("The django.tasks task this run executes."),
+    )
+    args = models.JSONField(
+        default=list, db_default=[], blank=True, help_text=_("A task's positional arguments.")
+    )
+    kwargs = models.JSONField(
+        default=dict, db_default={}, blank=True, help_text=_("A task's keyword arguments.")
+    )
     result = models.JSONField(null=True, blank=True)
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)

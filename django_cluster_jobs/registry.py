@@ -182,6 +182,23 @@ class Registry:
     def __init__(self) -> None:
         self._jobs: dict[str, Job] = {}
         self._lock = threading.Lock()
+        #: Functions that find a job declared elsewhere (a django.tasks task) by its name and
+        #: register it; asked only for names that are not registered yet.
+        self._resolvers: list[Callable[[str], Job | None]] = []
+
+    def add_resolver(self, resolver: Callable[[str], Job | None]) -> None:
+        """Ask ``resolver(name)`` for jobs that are not registered (once per resolver)."""
+        with self._lock:
+            if resolver not in self._resolvers:
+                self._resolvers.append(resolver)
+
+    def _resolve(self, name: object) -> Job | None:
+        if not isinstance(name, str):
+            return None
+        for resolver in list(self._resolvers):
+            if (found := resolver(name)) is not None:
+                return self.register(found)
+        return None
 
     def register(self, job: Job) -> Job:
         with self._lock:
@@ -200,10 +217,12 @@ class Registry:
         try:
             return self._jobs[name]
         except KeyError:
+            if (found := self._resolve(name)) is not None:
+                return found
             raise UnknownJob(name, tuple(self._jobs)) from None
 
     def __contains__(self, name: object) -> bool:
-        return name in self._jobs
+        return name in self._jobs or self._resolve(name) is not None
 
     def __iter__(self) -> Iterator[Job]:
         return iter(list(self._jobs.values()))

@@ -76,15 +76,18 @@ def enqueue(
     outcome: str = Outcome.ENQUEUED,
     by: str = "",
     using: str | None = None,
+    columns: dict[str, Any] | None = None,
 ) -> JobRun:
     """Create a pending run of job ``name``; with ``key``, a second call returns the first run.
 
     Without ``at`` the run is due at once on the database's clock, whatever the caller's says.
     Inputs the engine cannot use raise ImproperlyDeclared (InvalidPayload for the payload).
+    ``columns`` are more run columns, already validated (a django.tasks task's path and args).
     """
     run, _ = get_or_enqueue(
-        name, payload, at=at, key=key, priority=priority, outcome=outcome, by=by, using=using
-    )
+        name, payload, at=at, key=key, priority=priority, outcome=outcome, by=by, using=using,
+        columns=columns,
+    )  # fmt: skip
     return run
 
 
@@ -104,6 +107,7 @@ def get_or_enqueue(
     outcome: str = Outcome.ENQUEUED,
     by: str = "",
     using: str | None = None,
+    columns: dict[str, Any] | None = None,
 ) -> tuple[JobRun, bool]:
     """Do what :func:`enqueue` does; return the run and whether this call created it."""
     using = using or app_settings.DATABASE
@@ -123,6 +127,7 @@ def get_or_enqueue(
         "payload": payload,
         "created_at": now,
         "reason": _asked_by(outcome, by),
+        **(columns or {}),
     }
     notify = get_vendor(using).notify_pending
     if not key:  # a fresh random key cannot exist yet: one INSERT, no look-up, no savepoint
@@ -279,6 +284,9 @@ def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
         outcome=Outcome.REPLAY,
         priority=run.priority,
         payload=run.payload,
+        task_path=run.task_path,
+        args=run.args,
+        kwargs=run.kwargs,
         origin=run,
         created_at=now,
         reason=f"replay of run {run.pk}",

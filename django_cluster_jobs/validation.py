@@ -10,7 +10,7 @@ and why they are what they are: :mod:`django_cluster_jobs.bounds`, re-exported h
 from __future__ import annotations
 
 import inspect
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import TYPE_CHECKING, Any
 
 from . import columns, payloads
@@ -52,7 +52,7 @@ __all__ = [
     "MAX_COOLDOWN", "MAX_INTERVAL", "MAX_TIMEOUT", "MAX_WINDOW", "NAME_MAX_LENGTH", "NAME_PATTERN",
     "PAUSE_REASON_MAX_LENGTH", "PAYLOAD_DEPTH_MAX", "PRIORITY_MAX", "PRIORITY_MIN",
     "QUEUE_MAX_LENGTH", "TAGS_MAX", "TAG_MAX_LENGTH", "TIMEZONE_MAX_LENGTH", "check_run_inputs",
-    "definition_errors", "is_orphaned", "registered", "row_errors",
+    "check_task_inputs", "definition_errors", "is_orphaned", "registered", "row_errors",
 ]  # fmt: skip
 
 #: The JobDefinition columns the validator checks, in the models' order.
@@ -133,6 +133,48 @@ def check_run_inputs(
     except Exception as exc:  # an object that fails while it is read
         raise InvalidPayload(name, value=payload, hint=f"it cannot be read ({exc!r})") from None
     return cleaned
+
+
+def check_task_inputs(
+    task: str,
+    *,
+    args: Any = (),
+    kwargs: Any = None,
+    priority: Any = 0,
+    queue: Any = "default",
+    queues: Collection[str] = (),
+    at: Any = None,
+) -> tuple[list, dict]:
+    """Return a ``django.tasks`` run's args and kwargs as they will be stored; raise
+    ImproperlyDeclared (InvalidPayload for the arguments) naming the task, the field and the fix.
+
+    ``queues`` are the backend's QUEUES (empty: any queue name); ``at`` is the task's
+    ``run_after`` (None: at once).
+    """
+    name = _label(task)
+    for field, value, rule in (
+        ("priority", priority, columns.RULES["priority"]),
+        ("queue_name", queue, columns.RULES["queue"]),
+        ("run_after", at, columns.run_at),
+    ):
+        if field == "run_after" and value is None:
+            continue
+        if problem := _apply(rule, value):
+            raise ImproperlyDeclared(name, field, value, problem)
+    if queues and queue not in queues:
+        hint = f"use one of the backend's QUEUES ({', '.join(sorted(queues))}), or add it there"
+        raise ImproperlyDeclared(name, "queue_name", queue, hint)
+    if not isinstance(args, list | tuple):
+        raise InvalidPayload(name, value=args, hint="args must be a list or a tuple")
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise InvalidPayload(name, value=kwargs, hint=payloads.NOT_A_DICT)
+    try:
+        cleaned = payloads.cleaned(name, {"args": list(args), "kwargs": kwargs or {}})
+    except InvalidPayload:
+        raise
+    except Exception as exc:  # an object that fails while it is read
+        raise InvalidPayload(name, value=args, hint=f"it cannot be read ({exc!r})") from None
+    return cleaned["args"], cleaned["kwargs"]
 
 
 def registered(callable_name: Any) -> Job | None:

@@ -84,3 +84,24 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_cluster_jobs": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+# django.tasks: built into Django 6.0+, from the django-tasks backport (an app) on 5.2.
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    try:
+        import django_tasks  # noqa: F401
+    except ImportError:  # neither: the checks test that cluster_jobs.E020 says so
+        pass
+    else:
+        INSTALLED_APPS.insert(-2, "django_tasks")
+TASKS = {
+    "default": {
+        "BACKEND": "django_cluster_jobs.tasks.ClusterJobsBackend",
+        "QUEUES": ["default", "other"],
+    },
+    "at_most_once": {
+        "BACKEND": "django_cluster_jobs.tasks.ClusterJobsBackend",
+        "OPTIONS": {"DELIVERY": "at_most_once"},
+    },
+}

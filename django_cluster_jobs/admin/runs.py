@@ -94,10 +94,13 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
                                             "finished", "duration")}),
         (gettext_lazy("Data"), {"fields": ("payload_json", "result_json", "error_text",
                                            "traceback_text")}),
+        (gettext_lazy("Task"), {"fields": ("task_path", "args_json", "kwargs_json"),
+                                "classes": ("collapse",)}),
     )  # fmt: skip
     readonly_fields = (
         "cancel_request", "lease_expires", "scheduled", "due", "created", "started", "finished",
-        "duration", "payload_json", "result_json", "error_text", "traceback_text",
+        "duration", "payload_json", "result_json", "error_text", "traceback_text", "task_path",
+        "args_json", "kwargs_json",
     )  # fmt: skip
     scheduled = time_column(JobRun, "scheduled_at")
     due = time_column(JobRun, "due_at")
@@ -182,6 +185,14 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
     @admin.display(description=gettext_lazy("payload"))
     def payload_json(self, obj):
         return pre(as_json(obj.payload))
+
+    @admin.display(description=gettext_lazy("args"))
+    def args_json(self, obj):
+        return pre(as_json(obj.args))
+
+    @admin.display(description=gettext_lazy("kwargs"))
+    def kwargs_json(self, obj):
+        return pre(as_json(obj.kwargs))
 
     @admin.display(description=gettext_lazy("result"))
     def result_json(self, obj):
