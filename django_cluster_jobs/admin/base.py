@@ -14,7 +14,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.admin.utils import quote
-from django.db.models import Model, QuerySet
+from django.db.models import Model
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 
@@ -23,11 +23,6 @@ from ..conf import app_settings
 
 #: POST field of the buttons on an object's page: come back to that page after the action.
 FROM_OBJECT = "_from_object"
-
-
-def ledger(model: type[Model]) -> QuerySet:
-    """Return a plain queryset of ``model`` on the ledger database."""
-    return model.objects.using(app_settings.DATABASE)
 
 
 class LedgerDatabaseMixin:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -19,7 +19,6 @@ from ..conf import app_settings
 from ..exceptions import ImproperlyDeclared, UnknownJob
 from ..models import JobDefinition, JobRun, Outcome, RunEvent, RunState, WorkerNode
 from ..registry import Job, registry
-from ..status import FAILURE_STATES, describe
 from ..validation import (
     KEY_MAX_LENGTH,
     PAUSE_REASON_MAX_LENGTH,
@@ -29,10 +28,11 @@ from ..validation import (
     definition_errors,
     row_errors,
 )
+from ..wording import REPORT_LANGUAGE, describe_schedule
 
 #: How many fire times a job's detail lists.
 FIRE_TIMES = 5
-#: A job's latest runs, each annotated as ``<name>_id`` by :func:`annotate_last_runs`.
+#: A job's latest runs, each annotated as ``<name>_id`` by ``JobDefinition.objects.with_last_runs``.
 LAST_RUNS = ("last_run", "last_success", "last_failure")
 
 
@@ -115,32 +115,12 @@ class RunDetailSerializer(RunSerializer):
 # -- jobs ---------------------------------------------------------------------------------------
 
 
-def _latest(runs: QuerySet) -> Subquery:
-    return Subquery(
-        runs.filter(job_id=OuterRef("pk")).order_by("-scheduled_at", "-pk").values("pk")[:1]
-    )
-
-
-def annotate_last_runs(jobs: QuerySet, now: datetime) -> QuerySet:
-    """Annotate the ids of each job's last run, success and failure (index-backed subqueries)."""
-    runs = JobRun.objects.all()
-    return jobs.annotate(
-        last_run_id=_latest(runs.filter(scheduled_at__lte=now)),
-        last_success_id=_latest(runs.filter(state=RunState.SUCCEEDED)),
-        last_failure_id=_latest(runs.filter(state__in=FAILURE_STATES)),
-    )
-
-
 def attach_last_runs(jobs: list[JobDefinition]) -> None:
     """Load the annotated last runs of ``jobs`` in one query, as ``job.last_runs``."""
     ids = {getattr(job, f"{name}_id") for job in jobs for name in LAST_RUNS} - {None}
     runs = JobRun.objects.using(app_settings.DATABASE).in_bulk(ids) if ids else {}
     for job in jobs:
         job.last_runs = {name: runs.get(getattr(job, f"{name}_id")) for name in LAST_RUNS}
-
-
-def is_paused(job: JobDefinition, now: datetime) -> bool:
-    return job.paused_until is not None and job.paused_until > now
 
 
 def fire_times(job: JobDefinition, now: datetime, count: int) -> list[datetime]:
@@ -182,7 +162,7 @@ JOB_FIELDS = (
 class JobSerializer(serializers.ModelSerializer):
     """A job definition with its schedule read aloud, pause, next fire time and last runs.
 
-    The queryset must come through :func:`annotate_last_runs`. ``paused_until`` and
+    The queryset must come through ``JobDefinition.objects.with_last_runs``. ``paused_until`` and
     ``pause_reason`` are null and empty once a pause has ended; a job paused until resumed
     shows ``paused_until`` 9999-12-31 and no fire times.
     """
@@ -219,17 +199,17 @@ class JobSerializer(serializers.ModelSerializer):
         return self.context.get("now") or timezone.now()
 
     def get_description(self, job: JobDefinition) -> str:
-        return describe(job)
+        return describe_schedule(job, REPORT_LANGUAGE)
 
     def get_paused(self, job: JobDefinition) -> bool:
-        return is_paused(job, self.now)
+        return job.is_paused_at(self.now)
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_paused_until(self, job: JobDefinition) -> str | None:
-        return iso(job.paused_until) if is_paused(job, self.now) else None
+        return iso(job.paused_until) if job.is_paused_at(self.now) else None
 
     def get_pause_reason(self, job: JobDefinition) -> str:
-        return job.pause_reason if is_paused(job, self.now) else ""
+        return job.pause_reason if job.is_paused_at(self.now) else ""
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_next_fire_time(self, job: JobDefinition) -> str | None:

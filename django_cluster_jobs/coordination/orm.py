@@ -106,12 +106,7 @@ class ORMVendor(Vendor):
             status = nodes.values_list("status", flat=True).first()
             counters = Counter.objects.using(self.alias).filter(name=DEFINITIONS)
             definitions = counters.values_list("value", flat=True).first()
-        return Heartbeat(
-            status or "",
-            frozenset(p for p, _ in owned),
-            frozenset(p for p, c in owned if c),
-            definitions=definitions,
-        )
+        return Heartbeat.of(status, owned, definitions=definitions)
 
     # -- pending runs -------------------------------------------------------------------------
 

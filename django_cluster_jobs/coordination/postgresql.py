@@ -132,10 +132,4 @@ class PostgreSQLVendor(ORMVendor):
             cursor.execute(query, params)
             rows = cursor.fetchall()
         owned = [(run_id, cancel) for _, run_id, cancel, _, _ in rows if run_id is not None]
-        return Heartbeat(
-            rows[0][0] or "",
-            frozenset(r for r, _ in owned),
-            frozenset(r for r, c in owned if c),
-            db_time=rows[0][3],
-            definitions=rows[0][4],
-        )
+        return Heartbeat.of(rows[0][0], owned, db_time=rows[0][3], definitions=rows[0][4])

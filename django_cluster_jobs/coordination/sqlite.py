@@ -99,12 +99,7 @@ class SQLiteVendor(ORMVendor):
                 cursor.execute(renew, [dt_param(conn, lease_until), node, *flat])
                 owned = [(run_id, bool(cancel)) for run_id, cancel in cursor.fetchall()]
         status, definitions = row if row else ("", None)
-        return Heartbeat(
-            status or "",
-            frozenset(r for r, _ in owned),
-            frozenset(r for r, c in owned if c),
-            definitions=definitions,
-        )
+        return Heartbeat.of(status, owned, definitions=definitions)
 
     def take_pending(
         self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
@@ -88,6 +89,25 @@ class Heartbeat:
     db_time: datetime | None = None
     #: The definitions counter (models.Counter), read by the same statement; None when absent.
     definitions: int | None = None
+
+    @classmethod
+    def of(
+        cls,
+        status: str | None,
+        owned: Iterable[tuple[int, bool]],
+        *,
+        definitions: int | None,
+        db_time: datetime | None = None,
+    ) -> Heartbeat:
+        """Build it from the ``(run id, cancel requested)`` pairs of the runs still owned."""
+        owned = list(owned)
+        return cls(
+            status or "",
+            frozenset(run_id for run_id, _ in owned),
+            frozenset(run_id for run_id, cancel in owned if cancel),
+            db_time=db_time,
+            definitions=definitions,
+        )
 
 
 @dataclass(frozen=True)

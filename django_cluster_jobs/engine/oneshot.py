@@ -212,7 +212,7 @@ class OneShot:
         definition = self.planned.definition
         if not definition.enabled:
             return "the job is disabled"
-        if definition.paused_until is not None and definition.paused_until > now:
+        if definition.is_paused_at(now):
             return f"the job is paused until {definition.paused_until.isoformat()}"
         return ""
 
