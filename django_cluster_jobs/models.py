@@ -118,6 +118,10 @@ class JobDefinition(models.Model):
         """Whether a pause holds the job at ``now``."""
         return self.paused_until is not None and self.paused_until > now
 
+    def fire_times(self, now: datetime, count: int) -> list[datetime]:
+        """The next ``count`` slots the job fires at (after its pause); none when disabled."""
+        return self.upcoming(now, count) if self.enabled else []
+
     def get_schedule(self) -> schedules.Schedule:
         """Return this definition's schedule object."""
         return schedules.from_fields(self.schedule_kind, self.cron, self.timezone, self.interval)

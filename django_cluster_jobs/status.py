@@ -145,19 +145,12 @@ def _job(job: JobDefinition, now: datetime, runs: dict[int, dict[str, Any]]) -> 
         "paused": paused,
         "paused_until": iso(job.paused_until) if paused else None,
         "pause_reason": job.pause_reason if paused else "",
-        "next_fire_time": iso(_next_fire(job, now, paused)),
+        "next_fire_time": iso(next(iter(job.fire_times(now, 1)), None)),
         "last_run": runs.get(job.last_run_id),  # type: ignore[attr-defined]
         "last_success": runs.get(job.last_success_id),  # type: ignore[attr-defined]
         "last_failure": runs.get(job.last_failure_id),  # type: ignore[attr-defined]
         "problems": [str(problem) for problem in row_errors(job)],
     }
-
-
-def _next_fire(job: JobDefinition, now: datetime, paused: bool) -> datetime | None:
-    """The next slot the job fires at (after a pause ends); None when it has none."""
-    if not job.enabled:
-        return None
-    return next(iter(job.upcoming(now, 1)), None)
 
 
 def _failures(alias: str, limit: int) -> list[dict[str, Any]]:

@@ -123,11 +123,6 @@ def attach_last_runs(jobs: list[JobDefinition]) -> None:
         job.last_runs = {name: runs.get(getattr(job, f"{name}_id")) for name in LAST_RUNS}
 
 
-def fire_times(job: JobDefinition, now: datetime, count: int) -> list[datetime]:
-    """The next ``count`` slots of the job's schedule (after its pause); none if disabled."""
-    return job.upcoming(now, count) if job.enabled else []
-
-
 @extend_schema_field(RunSummarySerializer(allow_null=True))
 class LastRunField(serializers.ReadOnlyField):
     """The job's run of this field's name among those :func:`attach_last_runs` loaded."""
@@ -213,7 +208,7 @@ class JobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_next_fire_time(self, job: JobDefinition) -> str | None:
-        times = fire_times(job, self.now, 1)
+        times = job.fire_times(self.now, 1)
         return iso(times[0]) if times else None
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
@@ -232,7 +227,7 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.DateTimeField()))
     def get_next_fire_times(self, job: JobDefinition) -> list[str]:
-        return [iso(at) for at in fire_times(job, self.now, FIRE_TIMES)]
+        return [iso(at) for at in job.fire_times(self.now, FIRE_TIMES)]
 
 
 # -- nodes --------------------------------------------------------------------------------------
