@@ -118,6 +118,10 @@ class JobDefinition(models.Model):
         """Whether a pause holds the job at ``now``."""
         return self.paused_until is not None and self.paused_until > now
 
+    def default_payload(self) -> dict:
+        """A copy of the job's payload, as each of its runs starts with; {} when it has none."""
+        return dict(self.payload) if isinstance(self.payload, dict) else {}
+
     def fire_times(self, now: datetime, count: int) -> list[datetime]:
         """The next ``count`` slots the job fires at (after its pause); none when disabled."""
         return self.upcoming(now, count) if self.enabled else []
