@@ -100,6 +100,11 @@ class Settings(Defaults):
 app_settings = Settings()
 
 
+def ledger(model: Any) -> Any:
+    """Return a plain queryset of ``model`` on the ledger database (the DATABASE setting)."""
+    return model.objects.using(app_settings.DATABASE)
+
+
 def _reset(*, setting: str, **_: Any) -> None:
     if setting == "CLUSTER_JOBS":
         app_settings.clear()

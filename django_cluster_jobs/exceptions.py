@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from django.core import exceptions as django_exceptions
+
 
 class ClusterJobsError(Exception):
     """Base class of every error this package raises."""
@@ -73,8 +75,8 @@ class InvalidPayload(ImproperlyDeclared):
             )
 
 
-class ImproperlyConfigured(ClusterJobsError):
-    """The CLUSTER_JOBS setting is invalid."""
+class ImproperlyConfigured(ClusterJobsError, django_exceptions.ImproperlyConfigured):
+    """The CLUSTER_JOBS setting is invalid (a Django ``ImproperlyConfigured`` too)."""
 
 
 class RegistryNotReady(ClusterJobsError):

@@ -5,7 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 from django.db import models
-from django.db.models import Q
+from django.db.models import OuterRef, Q, Subquery
+from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from . import schedules
@@ -14,8 +15,14 @@ from .exceptions import ClusterJobsError
 
 
 class JobDefinitionQuerySet(models.QuerySet):
-    def active(self):
-        return self.filter(enabled=True)
+    def with_last_runs(self, now: datetime) -> JobDefinitionQuerySet:
+        """Annotate the ids of each job's last run by ``now``, last success and last failure."""
+        runs = JobRun.objects.filter(job_id=OuterRef("pk"))
+        return self.annotate(
+            last_run_id=runs.scheduled_by(now).newest_first().pks(),
+            last_success_id=runs.succeeded().newest_first().pks(),
+            last_failure_id=runs.failures().newest_first().pks(),
+        )
 
 
 class JobDefinition(models.Model):
@@ -107,6 +114,18 @@ class JobDefinition(models.Model):
 
         save_definition(self, super().save, *args, **kwargs)
 
+    def is_paused_at(self, now: datetime) -> bool:
+        """Whether a pause holds the job at ``now``."""
+        return self.paused_until is not None and self.paused_until > now
+
+    def default_payload(self) -> dict:
+        """A copy of the job's payload, as each of its runs starts with; {} when it has none."""
+        return dict(self.payload) if isinstance(self.payload, dict) else {}
+
+    def fire_times(self, now: datetime, count: int) -> list[datetime]:
+        """The next ``count`` slots the job fires at (after its pause); none when disabled."""
+        return self.upcoming(now, count) if self.enabled else []
+
     def get_schedule(self) -> schedules.Schedule:
         """Return this definition's schedule object."""
         return schedules.from_fields(self.schedule_kind, self.cron, self.timezone, self.interval)
@@ -139,6 +158,8 @@ class RunState(models.TextChoices):
 
 
 LIVE_STATES = (RunState.PENDING, RunState.RUNNING)
+#: The ends of a run that did not succeed: what "last failure" and "recent failures" count.
+FAILURE_STATES = (RunState.FAILED, RunState.TIMED_OUT, RunState.LOST, RunState.DEAD)
 #: ``due_at`` of a buffered run (overlap ``buffer_one``) until the live one ends.
 PARKED = datetime(9999, 12, 31, tzinfo=UTC)
 
@@ -155,8 +176,24 @@ class Cause(models.TextChoices):
 
 
 class JobRunQuerySet(models.QuerySet):
-    def live(self):
-        return self.filter(state__in=LIVE_STATES)
+    def scheduled_by(self, now: datetime) -> JobRunQuerySet:
+        """Runs whose occurrence is at or before ``now`` (a job's "last run" is among these)."""
+        return self.filter(scheduled_at__lte=now)
+
+    def succeeded(self) -> JobRunQuerySet:
+        return self.filter(state=RunState.SUCCEEDED)
+
+    def failures(self) -> JobRunQuerySet:
+        """Runs that ended failed, timed out, lost or dead-lettered (:data:`FAILURE_STATES`)."""
+        return self.filter(state__in=FAILURE_STATES)
+
+    def newest_first(self) -> JobRunQuerySet:
+        """Latest occurrence first; per job, the ``(job, -scheduled_at)`` index serves it."""
+        return self.order_by("-scheduled_at", "-pk")
+
+    def pks(self) -> Subquery:
+        """The first row's id, as a subquery to annotate with."""
+        return Subquery(self.values("pk")[:1])
 
     def due(self, now):
         return self.filter(state=RunState.PENDING, due_at__lte=now)
@@ -370,6 +407,16 @@ class Counter(models.Model):
         return f"{self.name}={self.value}"
 
 
+class LeaseQuerySet(models.QuerySet):
+    def held(self, now: datetime | None = None) -> LeaseQuerySet:
+        """Leases some holder holds at ``now`` (by default the database's clock, as leases run)."""
+        return self.filter(expires_at__gt=Now() if now is None else now).exclude(holder="")
+
+    def leader(self, now: datetime | None = None) -> LeaseQuerySet:
+        """The leader lease while a node holds it (see :meth:`held`)."""
+        return self.held(now).filter(name=LEADER_LEASE)
+
+
 class Lease(models.Model):
     """A named, fenced, time-bounded lease: the leader and application cluster locks."""
 
@@ -379,6 +426,8 @@ class Lease(models.Model):
     fence = models.BigIntegerField(default=0)
     acquired_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
+
+    objects = LeaseQuerySet.as_manager()
 
     class Meta:
         ordering = ["name"]

@@ -20,25 +20,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, datetime
-from functools import lru_cache
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from cron_descriptor import Options, get_description
-from django.db.models import Count, F, OuterRef, QuerySet, Subquery
+from django.db.models import Count, F
 
 from .conf import app_settings
 from .coordination import get_vendor
-from .models import (
-    LEADER_LEASE,
-    JobDefinition,
-    JobRun,
-    Lease,
-    NodeStatus,
-    RunState,
-    ScheduleKind,
-    WorkerNode,
-)
+from .models import JobDefinition, JobRun, Lease, NodeStatus, RunState, WorkerNode
 from .validation import row_errors
+from .wording import REPORT_LANGUAGE, describe_schedule
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -51,7 +41,6 @@ if TYPE_CHECKING:
     #: A job definition as :func:`_jobs` annotates it.
     LastRunIds = WithAnnotations[JobDefinition, _LastRunIds]
 
-FAILURE_STATES = (RunState.FAILED, RunState.TIMED_OUT, RunState.LOST, RunState.DEAD)
 RUN_FIELDS = ("pk", "key", "state", "scheduled_at", "started_at", "finished_at", "node", "error")
 
 
@@ -60,32 +49,6 @@ def iso(at: datetime | None) -> str | None:
     if at is None:
         return None
     return at.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-@lru_cache(maxsize=256)
-def describe_cron(expr: str) -> str:
-    """Return cron-descriptor's English reading of ``expr``, or ``expr`` when it cannot."""
-    fields = expr.split()
-    if len(fields) == 6:  # ours are seconds-first; a year field stops it guessing one
-        fields.append("*")
-    try:
-        return get_description(" ".join(fields), Options(use_24hour_time_format=True))
-    except Exception:  # a description is a nicety: never fail the report over one
-        return expr
-
-
-def describe(job: JobDefinition) -> str:
-    """Return a one-line reading of the job's schedule."""
-    kind, seconds = job.schedule_kind, job.interval.total_seconds() if job.interval else 0
-    if kind == ScheduleKind.CRON:
-        return f"{describe_cron(job.cron)} ({job.timezone})"
-    if kind == ScheduleKind.EVERY:
-        return f"every {seconds:g} s"
-    if kind == ScheduleKind.DELAY:
-        return f"{seconds:g} s after the previous run"
-    if kind == ScheduleKind.STARTUP:
-        return "at scheduler start, on every node"
-    return "on demand only"
 
 
 def build_status(
@@ -140,12 +103,7 @@ def _nodes(alias: str, now: datetime) -> list[dict[str, Any]]:
 
 
 def _leader(alias: str, now: datetime) -> dict[str, Any] | None:
-    lease = (
-        Lease.objects.using(alias)
-        .filter(name=LEADER_LEASE, expires_at__gt=now)
-        .exclude(holder="")
-        .first()
-    )
+    lease = Lease.objects.using(alias).leader(now).first()
     if lease is None:
         return None
     return {
@@ -169,23 +127,9 @@ def _run(row: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def _latest(runs: QuerySet) -> Subquery:
-    return Subquery(
-        runs.filter(job_id=OuterRef("pk")).order_by("-scheduled_at", "-pk").values("pk")[:1]
-    )
-
-
 def _jobs(alias: str, now: datetime) -> list[dict[str, Any]]:
     runs = JobRun.objects.using(alias)
-    definitions = list(
-        JobDefinition.objects.using(alias)
-        .annotate(
-            last_run_id=_latest(runs.filter(scheduled_at__lte=now)),
-            last_success_id=_latest(runs.filter(state=RunState.SUCCEEDED)),
-            last_failure_id=_latest(runs.filter(state__in=FAILURE_STATES)),
-        )
-        .order_by("name")
-    )
+    definitions = list(JobDefinition.objects.using(alias).with_last_runs(now).order_by("name"))
     ids = {
         pk
         for d in definitions
@@ -197,7 +141,7 @@ def _jobs(alias: str, now: datetime) -> list[dict[str, Any]]:
 
 
 def _job(job: LastRunIds, now: datetime, runs: Mapping[int | None, Any]) -> dict[str, Any]:
-    paused = job.paused_until is not None and job.paused_until > now
+    paused = job.is_paused_at(now)
     return {
         "name": job.name,
         "callable": job.callable_name,
@@ -208,12 +152,12 @@ def _job(job: LastRunIds, now: datetime, runs: Mapping[int | None, Any]) -> dict
             "timezone": job.timezone,
             "interval_seconds": job.interval.total_seconds() if job.interval else None,
         },
-        "description": describe(job),
+        "description": describe_schedule(job, REPORT_LANGUAGE),
         "enabled": job.enabled,
         "paused": paused,
         "paused_until": iso(job.paused_until) if paused else None,
         "pause_reason": job.pause_reason if paused else "",
-        "next_fire_time": iso(_next_fire(job, now, paused)),
+        "next_fire_time": iso(next(iter(job.fire_times(now, 1)), None)),
         "last_run": runs.get(job.last_run_id),
         "last_success": runs.get(job.last_success_id),
         "last_failure": runs.get(job.last_failure_id),
@@ -221,17 +165,10 @@ def _job(job: LastRunIds, now: datetime, runs: Mapping[int | None, Any]) -> dict
     }
 
 
-def _next_fire(job: JobDefinition, now: datetime, paused: bool) -> datetime | None:
-    """The next slot the job fires at (after a pause ends); None when it has none."""
-    if not job.enabled:
-        return None
-    return next(iter(job.upcoming(now, 1)), None)
-
-
 def _failures(alias: str, limit: int) -> list[dict[str, Any]]:
     rows = (
         JobRun.objects.using(alias)
-        .filter(state__in=FAILURE_STATES)
+        .failures()
         .order_by(F("finished_at").desc(nulls_last=True), "-pk")
         .values(*RUN_FIELDS, "job__name")[:limit]
     )

@@ -76,8 +76,9 @@ CLUSTER_JOBS = {
     "GRACE_PERIOD": env.float("CLUSTER_JOBS_GRACE_PERIOD", default=10.0),
 }
 
-# runscheduler sends the library's log lines (and the jobs' ctx.logger lines) to stderr, prefixed
-# with the node id, at the level its --verbosity asks for. The per-run "running …" / "succeeded …"
+# No handler is configured for django_cluster_jobs, so runscheduler adds its own: the library's log
+# lines (and the jobs' ctx.logger lines) go to stderr, prefixed with the node id, at the level its
+# --verbosity asks for. The per-run "running …" / "succeeded …"
 # lines are kept quiet here so the demo shows who won each occurrence and what the job said;
 # set DEMO_LOG_RUNS=1 to see them.
 DEMO_LOG_RUNS = env.bool("DEMO_LOG_RUNS", default=False)
@@ -90,7 +91,6 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "loggers": {
         "example_project": {"handlers": ["console"], "level": "INFO", "propagate": False},
-        "django_cluster_jobs": {"handlers": ["console"], "level": "INFO", "propagate": False},
         "django_cluster_jobs.run": {"level": "INFO" if DEMO_LOG_RUNS else "WARNING"},
     },
 }

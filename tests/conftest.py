@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -19,8 +20,9 @@ from django_cluster_jobs.ledger import get_ledger
 pytest_plugins = ["tests.api_fixtures"]
 
 ROOT = Path(__file__).resolve().parent.parent
-#: Hard deadline of any one scheduler subprocess started by a test.
-PROCESS_DEADLINE = 60.0
+#: Hard deadline of any one scheduler subprocess started by a test, from its start: longer than
+#: any wait a test makes on one. A watchdog kills a process that outlives it and fails the test.
+PROCESS_DEADLINE = 120.0
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -57,7 +59,14 @@ def database_url() -> str:
 class Scheduler:
     """A real ``manage.py runscheduler`` subprocess on the test database."""
 
-    def __init__(self, node_id: str, args: list[str], env: dict[str, str], log: Path) -> None:
+    def __init__(
+        self,
+        node_id: str,
+        args: list[str],
+        env: dict[str, str],
+        log: Path,
+        deadline: float = PROCESS_DEADLINE,
+    ) -> None:
         self.node_id, self.log = node_id, log
         self._out = log.open("wb")
         cmd = [sys.executable, "-m", "django", "runscheduler", "--node-id", node_id, *args]
@@ -69,7 +78,25 @@ class Scheduler:
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-        self.deadline = time.monotonic() + PROCESS_DEADLINE
+        self.deadline, self.outlived_deadline = deadline, False
+        self._watchdog = threading.Timer(deadline, self._expire)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+
+    def _expire(self) -> None:
+        if self.proc.poll() is None:
+            self.outlived_deadline = True
+            self.kill()
+
+    def _check_deadline(self) -> None:
+        if self.outlived_deadline:
+            pytest.fail(self.overdue())
+
+    def overdue(self) -> str:
+        return (
+            f"scheduler {self.node_id} outlived its {self.deadline:g} s deadline and was "
+            f"killed:\n{self.output()}"
+        )
 
     def signal(self, signum: int) -> None:
         if self.proc.poll() is None:
@@ -78,12 +105,14 @@ class Scheduler:
     def wait(self, timeout: float) -> int:
         """Wait for the process to exit; kill it and fail if it outlives ``timeout``."""
         try:
-            return self.proc.wait(timeout=timeout)
+            code = self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             self.kill()
             pytest.fail(
                 f"scheduler {self.node_id} did not exit within {timeout}s:\n{self.output()}"
             )
+        self._check_deadline()
+        return code
 
     def kill(self) -> None:
         if self.proc.poll() is None:
@@ -94,9 +123,13 @@ class Scheduler:
         self._out.flush()
         return self.log.read_text(errors="replace")
 
-    def close(self) -> None:
+    def close(self) -> str:
+        """Stop the watchdog and the process; return why it failed when the watchdog killed it."""
+        self._watchdog.cancel()
         self.kill()
+        why = self.overdue() if self.outlived_deadline else ""
         self._out.close()
+        return why
 
 
 @pytest.fixture
@@ -104,7 +137,9 @@ def start_scheduler(tmp_path: Path) -> Iterator[Callable[..., Scheduler]]:
     """Start scheduler subprocesses; every one is killed at teardown, whatever happened."""
     started: list[Scheduler] = []
 
-    def start(node_id: str, *args: str, jobs: str = "", **env: str) -> Scheduler:
+    def start(
+        node_id: str, *args: str, jobs: str = "", deadline: float = PROCESS_DEADLINE, **env: str
+    ) -> Scheduler:
         child_env = {
             **os.environ,
             "DATABASE_URL": database_url(),
@@ -113,13 +148,15 @@ def start_scheduler(tmp_path: Path) -> Iterator[Callable[..., Scheduler]]:
             "PYTHONPATH": str(ROOT),
             **env,
         }
-        proc = Scheduler(node_id, list(args), child_env, tmp_path / f"{node_id}.log")
+        log = tmp_path / f"{node_id}.log"
+        proc = Scheduler(node_id, list(args), child_env, log, deadline)
         started.append(proc)
         return proc
 
     yield start
-    for proc in started:
-        proc.close()
+    overdue = [why for why in (proc.close() for proc in started) if why]
+    if overdue:
+        pytest.fail("\n".join(overdue))
 
 
 def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.05) -> object:

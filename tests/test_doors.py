@@ -17,8 +17,8 @@ from rest_framework.test import APIClient
 from django_cluster_jobs import ImproperlyDeclared, InvalidPayload, registry, services
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState, Source
 from django_cluster_jobs.status import build_status
+from tests.admin.test_admin import form_data
 from tests.factories import JobDefinitionFactory, JobRunFactory
-from tests.test_admin import form_data
 
 pytestmark = pytest.mark.django_db
 

@@ -5,10 +5,11 @@ Operators add and edit database schedules, and act through admin actions that ca
 :mod:`django_cluster_jobs.services` under the view, trigger and manage permissions.
 """
 
+from ..wording import describe_cron, describe_schedule, interval_text
 from .cluster import ClusterEventAdmin, LeaseAdmin, WorkerNodeAdmin
 from .jobs import CODE_OWNED, JobDefinitionAdmin
 from .runs import JobRunAdmin, RunEventAdmin
-from .text import describe_cron, fire_times_table, interval_text, schedule_text
+from .text import fire_times_table
 
 __all__ = [
     "CODE_OWNED",
@@ -19,7 +20,7 @@ __all__ = [
     "RunEventAdmin",
     "WorkerNodeAdmin",
     "describe_cron",
+    "describe_schedule",
     "fire_times_table",
     "interval_text",
-    "schedule_text",
 ]

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.contrib import admin, messages
 from django.contrib.admin.utils import quote
-from django.db.models import Model, QuerySet
+from django.db.models import Model
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 
@@ -34,11 +34,6 @@ else:
 FROM_OBJECT = "_from_object"
 
 M = TypeVar("M", bound=Model)
-
-
-def ledger(model: type[M]) -> QuerySet[M]:
-    """Return a plain queryset of ``model`` on the ledger database."""
-    return model._default_manager.using(app_settings.DATABASE)
 
 
 class LedgerDatabaseMixin(AdminBase):

@@ -23,21 +23,18 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from .. import services
-from ..models import LEADER_LEASE, ClusterEvent, JobRun, Lease, NodeStatus, RunState, WorkerNode
+from ..conf import ledger
+from ..models import ClusterEvent, JobRun, Lease, NodeStatus, RunState, WorkerNode
 from ..permissions import ADMIN, actor
-from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, ledger
+from ..wording import interval_text
+from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin
 from .runs import NodeFilter
-from .text import interval_text, time_column, when
-
-
-def _held() -> Q:
-    # Leases run on the database's clock, so "held" is decided there too.
-    return Q(expires_at__gt=Now())
+from .text import time_column, when
 
 
 def current_leader() -> Lease | None:
     """Return the leader lease while some node holds it (one query), else None."""
-    return ledger(Lease).filter(_held(), name=LEADER_LEASE).exclude(holder="").first()
+    return ledger(Lease).leader().first()
 
 
 @admin.register(WorkerNode)
@@ -67,7 +64,7 @@ class WorkerNodeAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, 
     def get_queryset(self, request):
         running = JobRun.objects.filter(node=OuterRef("node_id"), state=RunState.RUNNING)
         count = running.order_by().values("node").annotate(n=Count("pk")).values("n")[:1]
-        lease = Lease.objects.filter(_held(), name=LEADER_LEASE, holder=OuterRef("node_id"))
+        lease = Lease.objects.leader().filter(holder=OuterRef("node_id"))
         # Heartbeats are stamped on the database's clock, so their age is measured there too.
         age = ExpressionWrapper(Now() - F("last_heartbeat"), output_field=DurationField())
         return (
@@ -153,7 +150,8 @@ class LeaseAdmin(ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
     expires = time_column(Lease, "expires_at")
 
     def get_queryset(self, request):
-        held = ExpressionWrapper(_held(), output_field=BooleanField())
+        # Leases run on the database's clock, so "held" is decided there too.
+        held = ExpressionWrapper(Q(expires_at__gt=Now()), output_field=BooleanField())
         return super().get_queryset(request).annotate(is_held=held)
 
     @admin.display(description=gettext_lazy("held"), boolean=True, ordering="is_held")

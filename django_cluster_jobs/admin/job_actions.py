@@ -12,10 +12,11 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from .. import services
+from ..conf import ledger
 from ..models import JobDefinition, JobRun
 from ..permissions import ADMIN, actor
 from ..registry import registry
-from .base import FROM_OBJECT, OperatorActionsMixin, ledger
+from .base import FROM_OBJECT, OperatorActionsMixin
 from .forms import PauseForm
 from .text import when
 

@@ -12,26 +12,20 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from django.contrib import admin
-from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
+from django.db.models import Count, OuterRef, Q, Subquery
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext_lazy as _
 
-from ..conf import app_settings
-from ..models import JobDefinition, JobRun, RunEvent, RunState, ScheduleKind, Source
+from ..conf import app_settings, ledger
+from ..models import JobDefinition, JobRun, JobRunQuerySet, RunEvent, RunState, ScheduleKind, Source
 from ..validation import is_orphaned, row_errors
-from .base import LedgerDatabaseMixin, ledger
+from ..wording import describe_schedule, interval_text
+from .base import LedgerDatabaseMixin
 from .forms import JobDefinitionForm
 from .job_actions import JobActionsMixin, pause_text
-from .text import (
-    fire_times_table,
-    interval_text,
-    schedule_or_none,
-    schedule_text,
-    time_column,
-    when,
-)
+from .text import fire_times_table, schedule_or_none, time_column, when
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -44,7 +38,6 @@ CODE_OWNED = tuple(
     for f in JobDefinition._meta.concrete_fields
     if f.editable and not f.primary_key and f.name not in OPERATOR_OWNED
 )
-FAILURE_STATES = (RunState.FAILED, RunState.TIMED_OUT, RunState.LOST, RunState.DEAD)
 MAIN_FIELDS = ("name", "callable_name", "source", "enabled", "pause_state", "problem_list")
 SCHEDULE_FIELDS = ("schedule_kind", "cron", "timezone", "interval")
 COMPUTED = ("pause_state", "problem_list", "schedule_description", "next_fire_times")
@@ -89,8 +82,8 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
     )
 
     def get_queryset(self, request):
-        latest = JobRun.objects.filter(job=OuterRef("pk"), scheduled_at__lte=timezone.now())
-        latest = latest.order_by("-scheduled_at", "-id")
+        runs = JobRun.objects.filter(job=OuterRef("pk"))
+        latest = runs.scheduled_by(timezone.now()).newest_first()
         return (
             super()
             .get_queryset(request)
@@ -156,7 +149,7 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
 
     @admin.display(description=_("schedule"), ordering="schedule_kind")
     def schedule(self, obj):
-        return schedule_text(obj)
+        return describe_schedule(obj)
 
     @admin.display(description=_("paused"), ordering="paused_until")
     def paused(self, obj):
@@ -199,7 +192,7 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
 
     @admin.display(description=_("reads as"))
     def schedule_description(self, obj):
-        return schedule_text(obj)
+        return describe_schedule(obj)
 
     @admin.display(description=_("next 5 fire times"))
     def next_fire_times(self, obj):
@@ -249,18 +242,18 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
 
     @admin.display(description=_("last run"))
     def last_run_detail(self, obj):
-        return self._run_link(obj.runs.filter(scheduled_at__lte=timezone.now()))
+        return self._run_link(obj.runs.scheduled_by(timezone.now()))
 
     @admin.display(description=_("last success"))
     def last_success(self, obj):
-        return self._run_link(obj.runs.filter(state=RunState.SUCCEEDED))
+        return self._run_link(obj.runs.succeeded())
 
     @admin.display(description=_("last failure"))
     def last_failure(self, obj):
-        return self._run_link(obj.runs.filter(state__in=FAILURE_STATES))
+        return self._run_link(obj.runs.failures())
 
-    def _run_link(self, runs: QuerySet) -> str:
-        run = runs.using(app_settings.DATABASE).order_by("-scheduled_at", "-id").first()
+    def _run_link(self, runs: JobRunQuerySet) -> str:
+        run = runs.using(app_settings.DATABASE).newest_first().first()
         if run is None:
             return "-"
         url = reverse(f"{self.admin_site.name}:cluster_jobs_jobrun_change", args=[run.pk])

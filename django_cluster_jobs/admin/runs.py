@@ -9,12 +9,13 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from .. import services
-from ..conf import app_settings
+from ..conf import app_settings, ledger
 from ..exceptions import ImproperlyDeclared
 from ..models import LIVE_STATES, JobDefinition, JobRun, RunEvent, RunState, WorkerNode
 from ..permissions import ADMIN, actor, can_view
-from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin, ledger
-from .text import as_json, interval_text, pre, time_column
+from ..wording import interval_text
+from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin
+from .text import as_json, pre, time_column
 
 #: How much of an error's first line the runs list shows.
 ERROR_SUMMARY = 50
@@ -45,7 +46,7 @@ class NodeFilter(LedgerChoicesFilter):
         return [(node, node) for node in nodes]
 
 
-class RunEventInline(admin.TabularInline):
+class RunEventInline(ReadOnlyMixin, admin.TabularInline):
     model = RunEvent
     fields = readonly_fields = ("time", "kind", "node", "fence", "reason")
     time = time_column(RunEvent, "at")
@@ -58,15 +59,6 @@ class RunEventInline(admin.TabularInline):
     def has_view_permission(self, request, obj=None):
         # The timeline is part of the run: whoever may see the run sees its events.
         return can_view(request.user, JobRun)
-
-    def has_add_permission(self, request, obj=None):
-        return False
-
-    def has_change_permission(self, request, obj=None):
-        return False
-
-    def has_delete_permission(self, request, obj=None):
-        return False
 
 
 @admin.register(JobRun)

@@ -1,69 +1,22 @@
-"""How the admin words things: schedules, intervals, times, JSON and tracebacks."""
+"""How the admin words things: times, fire times, JSON and tracebacks (schedules and
+intervals: :mod:`django_cluster_jobs.wording`)."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta, tzinfo
-from functools import lru_cache
+from datetime import UTC, datetime, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from cron_descriptor import Options, get_description
 from django.contrib import admin
 from django.db.models import Field, Model
-from django.utils import timezone, translation
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
-from django.utils.translation import gettext as _
 
 from ..exceptions import ImproperlyDeclared
-from ..models import JobDefinition, ScheduleKind
+from ..models import JobDefinition
 from ..schedules import Schedule
-
-
-@lru_cache(maxsize=512)
-def describe_cron(expr: str, locale_code: str = "en_US") -> str:
-    """Return cron-descriptor's reading of ``expr``, or ``expr`` itself when it cannot read it."""
-    fields = expr.split()
-    if len(fields) == 6:
-        # Ours are seconds-first; a 7th (year) field stops cron-descriptor from guessing a year.
-        fields.append("*")
-    try:
-        options = Options(locale_code=locale_code, use_24hour_time_format=True)
-        return get_description(" ".join(fields), options)
-    except Exception:  # a description is a nicety: never break the page over one
-        return expr
-
-
-def locale_code() -> str:
-    """Return the active language as the locale code cron-descriptor expects (``fr_FR``)."""
-    code = translation.to_locale(translation.get_language() or "en-us")
-    return code if "_" in code else f"{code}_{code.upper()}"
-
-
-def interval_text(interval: timedelta | None) -> str:
-    """Return ``interval`` as compact units: ``1 h 30 min``, ``2 s``, ``250 ms``."""
-    if interval is None:
-        return "?"
-    ms = int(interval / timedelta(milliseconds=1))
-    units = (("d", 86_400_000), ("h", 3_600_000), ("min", 60_000), ("s", 1000), ("ms", 1))
-    parts = []
-    for name, size in units:
-        count, ms = divmod(ms, size)
-        if count:
-            parts.append(f"{count} {name}")
-    return " ".join(parts) or "0 ms"
-
-
-def schedule_text(job: JobDefinition) -> str:
-    """Return a one-line, human-readable schedule of ``job``."""
-    if job.schedule_kind == ScheduleKind.CRON:
-        return f"{describe_cron(job.cron, locale_code())} ({job.timezone})"
-    if job.schedule_kind == ScheduleKind.EVERY:
-        return _("every %(interval)s") % {"interval": interval_text(job.interval)}
-    if job.schedule_kind == ScheduleKind.DELAY:
-        return _("%(interval)s after the previous run") % {"interval": interval_text(job.interval)}
-    return str(job.get_schedule_kind_display())
 
 
 def schedule_or_none(job: JobDefinition) -> Schedule | None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast, overload
 
-from django.db.models import OuterRef, QuerySet, Subquery
+from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -19,7 +19,6 @@ from ..conf import app_settings
 from ..exceptions import ImproperlyDeclared, UnknownJob
 from ..models import JobDefinition, JobRun, Outcome, RunEvent, RunState, WorkerNode
 from ..registry import Job, registry
-from ..status import FAILURE_STATES, describe
 from ..validation import (
     KEY_MAX_LENGTH,
     PAUSE_REASON_MAX_LENGTH,
@@ -29,6 +28,7 @@ from ..validation import (
     definition_errors,
     row_errors,
 )
+from ..wording import REPORT_LANGUAGE, describe_schedule
 
 if TYPE_CHECKING:
     from django_stubs_ext import WithAnnotations
@@ -48,7 +48,7 @@ class WithLastRuns(Protocol):
 
 #: How many fire times a job's detail lists.
 FIRE_TIMES = 5
-#: A job's latest runs, each annotated as ``<name>_id`` by :func:`annotate_last_runs`.
+#: A job's latest runs, each annotated as ``<name>_id`` by ``JobDefinition.objects.with_last_runs``.
 LAST_RUNS = ("last_run", "last_success", "last_failure")
 
 
@@ -139,22 +139,6 @@ class RunDetailSerializer(RunSerializer):
 # -- jobs ---------------------------------------------------------------------------------------
 
 
-def _latest(runs: QuerySet) -> Subquery:
-    return Subquery(
-        runs.filter(job_id=OuterRef("pk")).order_by("-scheduled_at", "-pk").values("pk")[:1]
-    )
-
-
-def annotate_last_runs(jobs: QuerySet, now: datetime) -> QuerySet:
-    """Annotate the ids of each job's last run, success and failure (index-backed subqueries)."""
-    runs = JobRun.objects.all()
-    return jobs.annotate(
-        last_run_id=_latest(runs.filter(scheduled_at__lte=now)),
-        last_success_id=_latest(runs.filter(state=RunState.SUCCEEDED)),
-        last_failure_id=_latest(runs.filter(state__in=FAILURE_STATES)),
-    )
-
-
 def attach_last_runs(jobs: list[JobDefinition]) -> None:
     """Load the annotated last runs of ``jobs`` in one query, as ``job.last_runs``."""
     ids = {getattr(job, f"{name}_id") for job in jobs for name in LAST_RUNS} - {None}
@@ -162,15 +146,6 @@ def attach_last_runs(jobs: list[JobDefinition]) -> None:
     for job in jobs:
         loaded = {name: runs.get(getattr(job, f"{name}_id")) for name in LAST_RUNS}
         cast(WithLastRuns, job).last_runs = loaded
-
-
-def is_paused(job: JobDefinition, now: datetime) -> bool:
-    return job.paused_until is not None and job.paused_until > now
-
-
-def fire_times(job: JobDefinition, now: datetime, count: int) -> list[datetime]:
-    """The next ``count`` slots of the job's schedule (after its pause); none if disabled."""
-    return job.upcoming(now, count) if job.enabled else []
 
 
 @extend_schema_field(RunSummarySerializer(allow_null=True))
@@ -209,7 +184,7 @@ JOB_FIELDS = (
 class JobSerializer(serializers.ModelSerializer):
     """A job definition with its schedule read aloud, pause, next fire time and last runs.
 
-    The queryset must come through :func:`annotate_last_runs`. ``paused_until`` and
+    The queryset must come through ``JobDefinition.objects.with_last_runs``. ``paused_until`` and
     ``pause_reason`` are null and empty once a pause has ended; a job paused until resumed
     shows ``paused_until`` 9999-12-31 and no fire times.
     """
@@ -246,21 +221,21 @@ class JobSerializer(serializers.ModelSerializer):
         return self.context.get("now") or timezone.now()
 
     def get_description(self, job: JobDefinition) -> str:
-        return describe(job)
+        return describe_schedule(job, REPORT_LANGUAGE)
 
     def get_paused(self, job: JobDefinition) -> bool:
-        return is_paused(job, self.now)
+        return job.is_paused_at(self.now)
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_paused_until(self, job: JobDefinition) -> str | None:
-        return iso(job.paused_until) if is_paused(job, self.now) else None
+        return iso(job.paused_until) if job.is_paused_at(self.now) else None
 
     def get_pause_reason(self, job: JobDefinition) -> str:
-        return job.pause_reason if is_paused(job, self.now) else ""
+        return job.pause_reason if job.is_paused_at(self.now) else ""
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_next_fire_time(self, job: JobDefinition) -> str | None:
-        times = fire_times(job, self.now, 1)
+        times = job.fire_times(self.now, 1)
         return iso(times[0]) if times else None
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
@@ -279,7 +254,7 @@ class JobDetailSerializer(JobSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.DateTimeField()))
     def get_next_fire_times(self, job: JobDefinition) -> list[str]:
-        return [iso(at) for at in fire_times(job, self.now, FIRE_TIMES)]
+        return [iso(at) for at in job.fire_times(self.now, FIRE_TIMES)]
 
 
 # -- nodes --------------------------------------------------------------------------------------

@@ -13,8 +13,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from django.db.models import Count, Model, OuterRef, QuerySet, Subquery
-from django.db.models.functions import Now
+from django.db.models import Count, Model, OuterRef, Subquery
 from django.http import Http404
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers, status
@@ -29,10 +28,9 @@ from rest_framework.views import APIView
 from rest_framework.viewsets import ReadOnlyModelViewSet
 
 from .. import services
-from ..conf import app_settings
+from ..conf import ledger
 from ..exceptions import ImproperlyDeclared, UnknownJob
 from ..models import (
-    LEADER_LEASE,
     LIVE_STATES,
     JobDefinition,
     JobRun,
@@ -65,11 +63,6 @@ class Conflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The object is not in a state this action applies to."
     default_code = "conflict"
-
-
-def ledger(model: type[M]) -> QuerySet[M]:
-    """Return a plain queryset of ``model`` on the ledger database."""
-    return model._default_manager.using(app_settings.DATABASE)
 
 
 def no_job(name: str) -> NotFound:
@@ -151,7 +144,7 @@ class JobViewSet(ClusterViewSet):
     lookup_value_regex = "[^/]+"
 
     def get_queryset(self):
-        return api.annotate_last_runs(ledger(JobDefinition), self.cluster_now()).order_by("name")
+        return ledger(JobDefinition).with_last_runs(self.cluster_now()).order_by("name")
 
     def get_serializer_class(self):
         return api.JobSerializer if self.action == "list" else api.JobDetailSerializer
@@ -317,8 +310,7 @@ class LeaderView(ClusterView, APIView):
     viewed_models = (Lease,)
 
     def get(self, request) -> Response:
-        held_now = ledger(Lease).filter(name=LEADER_LEASE, expires_at__gt=Now())
-        lease = held_now.exclude(holder="").first()
+        lease = ledger(Lease).leader().first()
         held = {
             "holder": lease.holder if lease else None,
             "since": lease.acquired_at if lease else None,

@@ -121,10 +121,9 @@ class ORMVendor(Vendor):
             peers = live.values_list("pk", "node_id", "process", "last_heartbeat")
             expiry = JobRun.objects.using(alias).filter(state=RunState.RUNNING)
             next_expiry = expiry.aggregate(at=Min("lease_expires_at"))["at"]
-        return Heartbeat(
-            status or "",
-            frozenset(p for p, _ in owned),
-            frozenset(p for p, c in owned if c),
+        return Heartbeat.of(
+            status,
+            owned,
             definitions=definitions,
             peers=tuple(Peer(*row) for row in peers),
             leader_fence=fence,

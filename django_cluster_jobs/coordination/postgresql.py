@@ -144,10 +144,9 @@ class PostgreSQLVendor(ORMVendor):
             rows = cursor.fetchall()
         owned = [(row[1], row[2]) for row in rows if row[1] is not None]
         first = rows[0]
-        return Heartbeat(
-            first[0] or "",
-            frozenset(r for r, _ in owned),
-            frozenset(r for r, c in owned if c),
+        return Heartbeat.of(
+            first[0],
+            owned,
             db_time=first[3],
             leader_fence=first[4],
             definitions=first[5],

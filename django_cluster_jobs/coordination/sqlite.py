@@ -113,10 +113,9 @@ class SQLiteVendor(ORMVendor):
                 renewed = cursor.fetchone()
                 fence = renewed[0] if renewed else None
         status, definitions, peers, lease, expiry = row if row else ("", None, None, None, None)
-        return Heartbeat(
-            status or "",
-            frozenset(r for r, _ in owned),
-            frozenset(r for r, c in owned if c),
+        return Heartbeat.of(
+            status,
+            owned,
             definitions=definitions,
             peers=peers_of(peers),
             leader_fence=fence,

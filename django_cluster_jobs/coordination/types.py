@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -171,6 +172,23 @@ class Heartbeat:
     leader: LeaseSeen | None = None
     #: The earliest lease expiry of a running run anywhere in the cluster.
     next_expiry: datetime | None = None
+
+    @classmethod
+    def of(
+        cls,
+        status: str | None,
+        owned: Iterable[tuple[int, bool]],
+        **read: Any,
+    ) -> Heartbeat:
+        """Build it from the ``(run id, cancel requested)`` pairs of the runs still owned and
+        what else the statement read (the other fields, by name)."""
+        owned = list(owned)
+        return cls(
+            status or "",
+            frozenset(run_id for run_id, _ in owned),
+            frozenset(run_id for run_id, cancel in owned if cancel),
+            **read,
+        )
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from django.db import DatabaseError
 from .. import signals
 from ..conf import app_settings
 from ..coordination import Claim, Refusal, Won
-from ..ledger.leases import lease_until
+from ..ledger.leases import lease_ttl, lease_until
 from ..models import Outcome, Placement, ScheduleKind
 from ..policies.overlap import gate_of, takes_lane
 from ..schedules import Delay, occurrence_key
@@ -33,10 +33,6 @@ MISFIRE_GRACE = timedelta(seconds=5)
 _INSTANT = timedelta(microseconds=1)
 
 Pair = tuple[Planned, Claim]
-
-
-def lease_ttl() -> timedelta:
-    return timedelta(seconds=app_settings.LEASE_TTL)
 
 
 class Claimer:
@@ -228,7 +224,7 @@ class Claimer:
             due,
             outcome or Outcome.WON,
             definition.priority,
-            dict(definition.payload or {}),
+            definition.default_payload(),
             slot=slot,
             revision=definition.revision,
         )
@@ -376,6 +372,6 @@ class Claimer:
             result.won,
             planned,
             now,
-            dict(planned.definition.payload or {}),
+            planned.definition.default_payload(),
             on_done=lambda end: self.schedule_at(end + interval, planned.name),
         )

@@ -27,12 +27,11 @@ from ..conf import app_settings
 from ..coordination import Claim, NodeStats, Refusal, Won
 from ..exceptions import UnknownJob
 from ..ledger import Ledger, get_ledger
-from ..ledger.leases import lease_until
+from ..ledger.leases import lease_ttl, lease_until
 from ..models import EventKind, JobDefinition, JobRun, Outcome, RunEvent, RunState
 from ..policies.overlap import gate_of
 from ..registry import check_payload, registry
 from ..schedules import occurrence_key
-from .claimer import lease_ttl
 from .clock import Clock, align
 from .executor import release_broken_connections
 from .handlers import merged_payload
@@ -212,7 +211,7 @@ class OneShot:
         definition = self.planned.definition
         if not definition.enabled:
             return "the job is disabled"
-        if definition.paused_until is not None and definition.paused_until > now:
+        if definition.is_paused_at(now) and definition.paused_until is not None:
             return f"the job is paused until {definition.paused_until.isoformat()}"
         return ""
 

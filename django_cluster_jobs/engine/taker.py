@@ -9,9 +9,8 @@ from django.db import DatabaseError
 
 from ..conf import app_settings
 from ..coordination import Won
-from ..ledger.leases import lease_until
+from ..ledger.leases import lease_ttl, lease_until
 from ..policies.overlap import limited
-from .claimer import lease_ttl
 from .executor import release_broken_connections
 from .planner import Planned
 from .protocols import ClaimerHost

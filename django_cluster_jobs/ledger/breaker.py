@@ -35,7 +35,7 @@ def open_if_tripped(
     reason = f"circuit breaker: {threshold} consecutive failed runs; resumes at {until:%H:%M:%S}"
     with transaction.atomic(using=alias):
         job = JobDefinition.objects.using(alias).filter(pk=job_id).first()
-        if job is None or (job.paused_until is not None and job.paused_until > now):
+        if job is None or job.is_paused_at(now):
             return None
         job.paused_until, job.pause_reason = until, reason
         job.save(using=alias, update_fields=["paused_until", "pause_reason", "updated_at"])

@@ -89,6 +89,11 @@ def release(alias: str, held: Held) -> bool:
     )
 
 
+def lease_ttl() -> timedelta:
+    """How long a run lease lasts (LEASE_TTL), for a claim that takes its lease later."""
+    return timedelta(seconds=app_settings.LEASE_TTL)
+
+
 def lease_until(now: datetime) -> datetime:
     """When a run lease taken or renewed at ``now`` expires (LEASE_TTL later)."""
-    return now + timedelta(seconds=app_settings.LEASE_TTL)
+    return now + lease_ttl()

@@ -266,7 +266,7 @@ def _row(definition: JobDefinition, at: datetime, now: datetime, reason: str, **
         created_at=now,
         node="",
         reason=reason[:200],
-        payload=dict(definition.payload or {}) if isinstance(definition.payload, dict) else {},
+        payload=definition.default_payload(),
         priority=definition.priority,
         **fields,
     )

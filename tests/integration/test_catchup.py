@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import logging
-import threading
 import uuid
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
 import pytest
-from django.db import connections
 
 from django_cluster_jobs import signals
 from django_cluster_jobs.conf import app_settings
@@ -34,6 +32,7 @@ from django_cluster_jobs.policies import misfire
 from django_cluster_jobs.registry import registry
 from django_cluster_jobs.schedules import occurrence_key
 from tests.factories import JobDefinitionFactory, JobRunFactory, WorkerNodeFactory
+from tests.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -422,24 +421,8 @@ def test_concurrent_leaders_write_one_row_per_missed_occurrence(announced):
         minutely(misfire="run_all", catch_up_limit=3, overlap="skip"),
         minutely(misfire="skip"),
     ]
-    barrier, results, errors = threading.Barrier(3, timeout=30), [], []
-
-    def leader(i: int) -> None:
-        try:
-            node = fake_node(f"racer-{i}-{uuid.uuid4().hex[:6]}")
-            barrier.wait()
-            results.append(catch_up(node, NOW))
-        except Exception as exc:  # pragma: no cover - reported below
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=leader, args=(i,)) for i in range(3)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not errors
+    nodes = [fake_node(f"racer-{i}-{uuid.uuid4().hex[:6]}") for i in range(3)]
+    results = race(3, lambda i: catch_up(nodes[i], NOW))
     assert len(results) == 3 and sum(results) >= 3 * len(GAP)
     expect(jobs[0], runs=GAP[-1:], missed=GAP[:-1], extra={LAST: LAST_RUN})
     expect(jobs[1], runs=GAP[-3:], missed=GAP[:-3], extra={LAST: LAST_RUN})

@@ -3,17 +3,16 @@
 from __future__ import annotations
 
 import multiprocessing
-import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from django.db import connections
 
 from django_cluster_jobs.coordination import Claim, Won
 from django_cluster_jobs.models import EventKind, JobRun, RunEvent, RunState
 from tests.conftest import database_url
 from tests.factories import JobDefinitionFactory, RunningRunFactory
+from tests.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -103,24 +102,7 @@ def test_every_column_is_stored_whatever_the_batch_size(ledger, size):
 
 def race_threads(ledger, claims: list[Claim], racers: int) -> list[list[Won]]:
     """Let ``racers`` threads, each on its own connection, claim the same batch at once."""
-    barrier = threading.Barrier(racers, timeout=30)
-    results: list[list[Won]] = [[] for _ in range(racers)]
-
-    def racer(i: int) -> None:
-        try:
-            connections["default"].ensure_connection()
-            barrier.wait()
-            results[i] = ledger.vendor.claim(claims, f"node-{i}", NOW, LEASE)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=racer, args=(i,)) for i in range(racers)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
-    assert not any(t.is_alive() for t in threads), "a claimer thread hung"
-    return results
+    return race(racers, lambda i: ledger.vendor.claim(claims, f"node-{i}", NOW, LEASE))
 
 
 def test_concurrent_threads_get_exactly_one_winner_per_occurrence(ledger):
@@ -163,32 +145,13 @@ def test_concurrent_processes_get_exactly_one_winner_per_occurrence(ledger, monk
 
 def test_window_claim_serialises_racers(ledger):
     job = JobDefinitionFactory(schedule_kind="delay", interval=timedelta(minutes=1))
-    barrier = threading.Barrier(4, timeout=30)
-    results = []
-
-    def racer(i: int) -> None:
-        try:
-            connections["default"].ensure_connection()
-            barrier.wait()
-            results.append(
-                ledger.gates.claim_window(
-                    job.pk,
-                    timedelta(minutes=1),
-                    f"k{i}",
-                    f"node-{i}",
-                    NOW,
-                    LEASE,
-                    timedelta(seconds=5),
-                )
-            )
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=racer, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    minute, recheck = timedelta(minutes=1), timedelta(seconds=5)
+    results = race(
+        4,
+        lambda i: ledger.gates.claim_window(
+            job.pk, minute, f"k{i}", f"node-{i}", NOW, LEASE, recheck
+        ),
+    )
     assert sum(r.won is not None for r in results) == 1
     assert JobRun.objects.filter(job=job).count() == 1
 

@@ -20,6 +20,7 @@ from django_cluster_jobs.models import JobDefinition, JobRun, Outcome, RunState
 from tests.conftest import ROOT, database_url
 from tests.factories import JobDefinitionFactory, JobRunFactory, LeaseFactory, WorkerNodeFactory
 from tests.models import Effect
+from tests.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -106,18 +107,10 @@ def test_a_key_makes_its_own_claim():
 
 def test_the_same_occurrence_from_two_processes_at_once_runs_once(every_second):
     args = ["runjob", "ticker", "--at", "2026-05-28T09:00:00.2Z", "-v", "0"]
-    results: dict[str, subprocess.CompletedProcess] = {}
-
-    def deliver(node: str) -> None:
-        results[node] = manage(*args, "--node-id", node)
-
-    threads = [threading.Thread(target=deliver, args=(n,)) for n in ("pod-a", "pod-b")]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=90)
-    assert [r.returncode for r in results.values()] == [0, 0], results
-    outputs = sorted(r.stdout for r in results.values())
+    nodes = ("pod-a", "pod-b")
+    results = race(2, lambda i: manage(*args, "--node-id", nodes[i]), deadline=90)
+    assert [r.returncode for r in results] == [0, 0], results
+    outputs = sorted(r.stdout for r in results)
     assert sum("succeeded" in o and "already claimed" not in o for o in outputs) == 1, outputs
     assert sum("already claimed" in o for o in outputs) == 1, outputs
     run = JobRun.objects.get()

@@ -8,13 +8,12 @@ import os
 import statistics
 import subprocess
 import sys
-import threading
 import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.conf import settings
-from django.db import connection, connections, transaction
+from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
@@ -23,6 +22,7 @@ from django_cluster_jobs.conf import app_settings
 from django_cluster_jobs.models import JobRun, RunState
 from tests.conftest import ROOT, database_url, wait_until
 from tests.factories import JobDefinitionFactory, JobRunFactory, WorkerNodeFactory
+from tests.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -35,18 +35,7 @@ SLACK = 0.75
 
 def in_other_connection(query):
     """Run ``query`` on a fresh connection of another thread and return what it returned."""
-    box: list = []
-
-    def work() -> None:
-        try:
-            box.append(query())
-        finally:
-            connections.close_all()
-
-    thread = threading.Thread(target=work)
-    thread.start()
-    thread.join(timeout=30)
-    return box[0]
+    return race(1, lambda _: query(), deadline=30)[0]
 
 
 def count_runs(**lookups) -> int:
@@ -57,26 +46,7 @@ def count_runs(**lookups) -> int:
 
 
 def test_concurrent_threads_with_one_key_get_one_run():
-    barrier = threading.Barrier(RACERS, timeout=30)
-    ids: list[int] = []
-    errors: list[BaseException] = []
-
-    def racer() -> None:
-        try:
-            connections["default"].ensure_connection()
-            barrier.wait()
-            ids.append(services.enqueue("tests.manual", {"value": 1}, key="same").pk)
-        except BaseException as exc:
-            errors.append(exc)
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=racer) for _ in range(RACERS)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(timeout=60)
-    assert not errors, errors
+    ids = race(RACERS, lambda _: services.enqueue("tests.manual", {"value": 1}, key="same").pk)
     assert len(ids) == RACERS and len(set(ids)) == 1
     assert JobRun.objects.filter(job__name="tests.manual").count() == 1
     assert JobRun.objects.get().key == "enqueued:same"

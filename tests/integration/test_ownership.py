@@ -26,6 +26,7 @@ from tests.factories import (
     RunningRunFactory,
     WorkerNodeFactory,
 )
+from tests.races import race
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,22 +77,7 @@ def test_a_deposed_holder_is_fenced_out_of_its_writes():
 
 
 def test_concurrent_acquirers_get_one_holder():
-    barrier, results = threading.Barrier(4, timeout=30), []
-
-    def racer(i: int) -> None:
-        from django.db import connections
-
-        try:
-            barrier.wait()
-            results.append(leases.acquire("default", "race", f"n{i}", f"t{i}", T0, TTL))
-        finally:
-            connections.close_all()
-
-    threads = [threading.Thread(target=racer, args=(i,)) for i in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=60)
+    results = race(4, lambda i: leases.acquire("default", "race", f"n{i}", f"t{i}", T0, TTL))
     assert sum(r is not None for r in results) == 1
     assert Lease.objects.get(name="race").fence == 1
 

@@ -242,8 +242,9 @@ def test_a_buffered_run_goes_before_a_new_occurrence_once_its_predecessor_ended(
     job = JobDefinitionFactory(overlap="buffer_one")
     JobRunFactory(job=job, key="a", state=RunState.SUCCEEDED)  # ended, not released
     parked = JobRunFactory(job=job, key="b", state=RunState.PENDING, due_at=PARKED)
+    gate, clock = Gate("buffer_one", 1), FixedClock(T0)
     result = ledger.gates.claim_gated(
-        Claim(job.pk, "c", T0), Gate("buffer_one", 1), "n1", lambda: T0, timedelta(seconds=30)
+        Claim(job.pk, "c", T0), gate, "n1", clock.now, timedelta(seconds=30)
     )
     assert (result.won, result.refusal) == (None, Refusal.OVERLAP)
     assert result.reason == "overlap: the buffered run goes first"

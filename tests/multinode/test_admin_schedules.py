@@ -18,9 +18,10 @@ from django_cluster_jobs.models import (
     RunState,
     WorkerNode,
 )
+from tests.admin.pages import url
+from tests.admin.test_admin import add_job, form_data
 from tests.conftest import wait_until
 from tests.models import Effect
-from tests.test_admin import add_job, form_data, url
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.multinode]
 

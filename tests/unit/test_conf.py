@@ -6,10 +6,11 @@ from datetime import UTC, datetime
 
 import pytest
 from django.conf import settings
+from django.core import exceptions as django_exceptions
 from django.test import override_settings
 
 from django_cluster_jobs.conf import KNOWN, Defaults, app_settings
-from django_cluster_jobs.exceptions import ImproperlyConfigured
+from django_cluster_jobs.exceptions import ClusterJobsError, ImproperlyConfigured
 
 DEFAULTS = {
     "NODE_ID": None,
@@ -88,6 +89,15 @@ def test_unknown_key_names_the_key_and_the_valid_ones():
         f"valid keys are {', '.join(sorted(DEFAULTS))}."
     )
     assert settings.CLUSTER_JOBS["LEASE_TTL"] == app_settings.LEASE_TTL  # reset afterwards
+
+
+def test_an_unknown_key_is_djangos_improperly_configured_too():
+    with override_settings(CLUSTER_JOBS={"EXTRA": 1}), pytest.raises(
+        django_exceptions.ImproperlyConfigured, match="Unknown CLUSTER_JOBS key"
+    ) as caught:
+        app_settings.LEASE_TTL  # noqa: B018
+    assert isinstance(caught.value, ImproperlyConfigured)
+    assert isinstance(caught.value, ClusterJobsError)
 
 
 def test_node_id_setting_wins(monkeypatch):

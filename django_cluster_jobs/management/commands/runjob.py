@@ -60,9 +60,9 @@ def aware_datetime(text: str) -> datetime:
 def foreground(shot: OneShot, verbosity: int) -> Iterator[None]:
     """Log like runscheduler and cancel the handler on SIGTERM or Ctrl-C; restore both after,
     so that call_command() leaves the calling process as it found it."""
-    root = logging.getLogger("django_cluster_jobs")
-    saved = root.handlers[:], root.level, root.propagate
-    configure_logging(verbosity, shot.node_id)
+    package = logging.getLogger("django_cluster_jobs")
+    level = package.level
+    added = configure_logging(verbosity, shot.node_id)
     signals = (signal.SIGTERM, signal.SIGINT)
     previous = {}
     if threading.current_thread() is threading.main_thread():
@@ -72,7 +72,9 @@ def foreground(shot: OneShot, verbosity: int) -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        root.handlers[:], root.level, root.propagate = saved
+        package.setLevel(level)
+        if added is not None:
+            package.removeHandler(added)
 
 
 def describe(result: Result) -> str:

@@ -34,16 +34,23 @@ def tag_set(text: str) -> frozenset[str]:
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
 
 
-def configure_logging(verbosity: int, node_id: str) -> None:
-    """Log the scheduler's decisions to stderr at the level --verbosity asks for."""
+def configure_logging(verbosity: int, node_id: str) -> logging.Handler | None:
+    """Log the package's records at the level --verbosity asks for; return the handler added.
+
+    A handler (stderr, one line per record naming the node) is added only when the project
+    configured none that the package's records reach; the project's own handlers, levels of
+    other loggers and propagation are left as they are.
+    """
+    package = logging.getLogger("django_cluster_jobs")
+    package.setLevel(LEVELS.get(verbosity, logging.DEBUG))
+    if package.hasHandlers():
+        return None
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         logging.Formatter(f"%(asctime)s [{node_id}] %(levelname)s %(message)s", datefmt="%H:%M:%S")
     )
-    root = logging.getLogger("django_cluster_jobs")
-    root.handlers[:] = [handler]
-    root.setLevel(LEVELS.get(verbosity, logging.DEBUG))
-    root.propagate = False
+    package.addHandler(handler)
+    return handler
 
 
 class Command(BaseCommand):

@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.test import override_settings
-from django.urls import reverse
 
 from django_cluster_jobs.models import (
     ClusterEvent,
@@ -19,6 +18,7 @@ from django_cluster_jobs.models import (
     JobRun,
     RunState,
 )
+from tests.admin.pages import page, url
 from tests.factories import (
     JobDefinitionFactory,
     JobRunFactory,
@@ -33,16 +33,6 @@ pytestmark = pytest.mark.django_db
 T = datetime(2026, 5, 28, 7, 8, 9, tzinfo=UTC)
 #: T as the admin shows it in UTC and in Paris (summer time).
 T_UTC, T_PARIS = "2026-05-28 07:08:09 UTC", "2026-05-28 09:08:09 CEST"
-
-
-def url(model: str, view: str = "changelist", *args: object) -> str:
-    return reverse(f"admin:cluster_jobs_{model}_{view}", args=args)
-
-
-def page(client, path: str) -> str:
-    response = client.get(path)
-    assert response.status_code == 200
-    return response.content.decode()
 
 
 @pytest.fixture

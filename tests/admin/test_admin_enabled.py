@@ -5,22 +5,12 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import Permission, User
-from django.urls import reverse
 
 from django_cluster_jobs.models import Source
+from tests.admin.pages import page, url
 from tests.factories import JobDefinitionFactory
 
 pytestmark = pytest.mark.django_db
-
-
-def url(model: str, view: str = "changelist", *args: object) -> str:
-    return reverse(f"admin:cluster_jobs_{model}_{view}", args=args)
-
-
-def page(client, path: str) -> str:
-    response = client.get(path)
-    assert response.status_code == 200
-    return response.content.decode()
 
 
 def staff_client(client, *codenames: str):

@@ -180,7 +180,7 @@ def test_job_detail_by_dotted_name_with_next_fire_times(viewer):
     assert job["name"] == "tests.manual"
     assert (job["interval_seconds"], job["timeout_seconds"]) == (300.0, 90.0)
     assert job["catch_up_window_seconds"] is None
-    assert job["description"] == "every 300 s"
+    assert job["description"] == "every 5 min"
     times = [parse(t) for t in job["next_fire_times"]]
     assert len(times) == 5 and times[0] == parse(job["next_fire_time"])
     assert all(b - a == timedelta(minutes=5) for a, b in pairwise(times))

@@ -13,7 +13,6 @@ from django.contrib.auth.models import Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from django.urls import reverse
 from django.utils import timezone
 
 from django_cluster_jobs.admin import CODE_OWNED, describe_cron, fire_times_table, interval_text
@@ -34,6 +33,7 @@ from django_cluster_jobs.models import (
 )
 from django_cluster_jobs.registry import registry
 from django_cluster_jobs.services import FOREVER
+from tests.admin.pages import url
 from tests.factories import (
     JobDefinitionFactory,
     JobRunFactory,
@@ -46,10 +46,6 @@ from tests.factories import (
 pytestmark = pytest.mark.django_db
 
 TRACEBACK = 'Traceback (most recent call last):\n  File "jobs.py", line 3\nRuntimeError: <boom>'
-
-
-def url(model: str, view: str = "changelist", *args: object) -> str:
-    return reverse(f"admin:cluster_jobs_{model}_{view}", args=args)
 
 
 def rows(response) -> list:

@@ -1,0 +1,1 @@
+"""The admin as the cluster's console."""
