@@ -28,6 +28,7 @@ from .claimer import Claimer
 from .clock import Clock
 from .executor import Executor, release_broken_connections
 from .handlers import merged_payload, safe_text
+from .health import NodeHealth
 from .heartbeat import HeartbeatThread
 from .leader import Leader, LeaderThread
 from .periodic import PeriodicThread
@@ -90,6 +91,8 @@ class Node:
         self._stopping = threading.Event()
         self._reload = threading.Event()
         self._registered = time.monotonic()
+        #: What the probes read (observe.probes), stamped by the loop and the lifecycle.
+        self.health = NodeHealth(self)
 
     def _make_listener(self) -> PeriodicThread | None:
         if not self.ledger.vendor.features.listens:
@@ -173,6 +176,7 @@ class Node:
             thread.start()
         self.taker.wake()
         self.claimer.fire_startup_jobs(self.clock.now())
+        self.health.mark_started()
         logger.info("node %s started with %d job(s)", self.node_id, len(self.planned),
                     extra=self.log_extra)  # fmt: skip
 
@@ -246,6 +250,7 @@ class Node:
         loaded = load_planned(self.ledger.alias, self.registry)
         here = {n: p for n, p in loaded.items() if p.runs_here(self.tags)}
         self.claimer.replan(here, self.clock.now())
+        self.health.mark_loaded()
 
     def tick(self) -> None:
         """Claim every occurrence due now, in one batch; then start due pending runs.
@@ -254,6 +259,7 @@ class Node:
         claimed was skipped (fail-closed), and a reload that failed is tried again next tick.
         """
         self.ticks += 1
+        self.health.mark_ticking()
         self._supervise()
         try:
             if self._reload.is_set():
@@ -277,6 +283,7 @@ class Node:
         timeout = MAX_SLEEP
         if due:
             timeout = min(timeout, max(0.0, (min(due) - self.clock.now()).total_seconds()))
+        self.health.mark_sleeping(timeout)
         self.wake.wait(timeout)
         self.wake.clear()
 

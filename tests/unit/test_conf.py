@@ -30,6 +30,7 @@ DEFAULTS = {
     "PRIORITY_AGING": 60.0,
     "QUEUE_LIMITS": {},
     "MAX_PAYLOAD_BYTES": 65536,
+    "PROBE_PORT": None,
 }
 
 

@@ -10,7 +10,9 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ...conf import app_settings
 from ...engine import Node
+from ...observe.probes import ProbeServer
 
 
 def positive_int(text: str) -> int:
@@ -24,6 +26,13 @@ def non_negative_float(text: str) -> float:
     value = float(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 0 to 65535, got {value}")
     return value
 
 
@@ -68,6 +77,12 @@ class Command(BaseCommand):
             action="store_true",
             help="Start, fire startup jobs and what is due now, then stop.",
         )
+        parser.add_argument(
+            "--probe-port",
+            type=port,
+            help="Serve /livez, /readyz, /startupz and /metrics on this port "
+            "(default: CLUSTER_JOBS['PROBE_PORT'], else none).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         node = Node(options["node_id"], threads=options["threads"], tags=options["tags"])
@@ -75,6 +90,20 @@ class Command(BaseCommand):
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: node.request_stop(reason="signal"))
         max_ticks = 1 if options["once"] else options["max_ticks"]
-        node.run(max_ticks=max_ticks, duration=options["duration"])
+        probes = self._probes(node, options["probe_port"])
+        try:
+            node.run(max_ticks=max_ticks, duration=options["duration"])
+        finally:
+            if probes is not None:
+                probes.stop()
         if node.failure:
             raise CommandError(f"node {node.node_id} stopped: {node.failure}", returncode=1)
+
+    def _probes(self, node: Node, option: int | None) -> ProbeServer | None:
+        """Start the probe server before the node starts, so /startupz answers meanwhile."""
+        number = option if option is not None else app_settings.PROBE_PORT
+        if number is None:
+            return None
+        probes = ProbeServer(node.health, number)
+        probes.start()
+        return probes
