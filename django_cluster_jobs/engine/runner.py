@@ -151,7 +151,7 @@ class Runner:
             extra=self.extra(won, planned),
         )
         self._not_before(scheduled_at)
-        self._signal(signals.run_started, active)
+        self._signal(signals.run_started, active, scheduled_at=scheduled_at)
         timers = self._arm_timeout(active)
         finished = self.clock.now()
         try:

@@ -12,6 +12,7 @@ from django.core.management.base import BaseCommand, CommandError
 
 from ...conf import app_settings
 from ...engine import Node
+from ...observe import metrics
 from ...observe.probes import ProbeServer
 
 
@@ -90,20 +91,28 @@ class Command(BaseCommand):
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: node.request_stop(reason="signal"))
         max_ticks = 1 if options["once"] else options["max_ticks"]
-        probes = self._probes(node, options["probe_port"])
+        port = options["probe_port"]
+        port = port if port is not None else app_settings.PROBE_PORT
+        recorder = metrics.for_node(node) if port is not None else None
+        probes = self._probes(node, port, recorder)
         try:
             node.run(max_ticks=max_ticks, duration=options["duration"])
         finally:
             if probes is not None:
                 probes.stop()
+            if recorder is not None:
+                recorder.disconnect()
         if node.failure:
             raise CommandError(f"node {node.node_id} stopped: {node.failure}", returncode=1)
 
-    def _probes(self, node: Node, option: int | None) -> ProbeServer | None:
-        """Start the probe server before the node starts, so /startupz answers meanwhile."""
-        number = option if option is not None else app_settings.PROBE_PORT
-        if number is None:
+    def _probes(
+        self, node: Node, port: int | None, recorder: metrics.NodeMetrics | None
+    ) -> ProbeServer | None:
+        """Start the probe server (with /metrics when prometheus-client is installed) before
+        the node starts, so /startupz answers meanwhile."""
+        if port is None:
             return None
-        probes = ProbeServer(node.health, number)
+        exposition = recorder.exposition if recorder is not None else None
+        probes = ProbeServer(node.health, port, metrics=exposition)
         probes.start()
         return probes
