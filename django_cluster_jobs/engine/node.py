@@ -22,6 +22,7 @@ from ..conf import app_settings
 from ..coordination import Won
 from ..ledger import Ledger, get_ledger
 from ..models import NodeStatus, RunState
+from ..observe import tracing
 from ..registry import Registry, registry
 from . import stats
 from .claimer import Claimer
@@ -266,7 +267,8 @@ class Node:
                 self.reload()
                 self._reload.clear()
             now = self.clock.now()
-            self.claimer.tick(now)
+            with tracing.claim_span(self.node_id, self.counters):
+                self.claimer.tick(now)
             self.taker.tick(self.planned, now)
         except DatabaseError as exc:
             release_broken_connections()
