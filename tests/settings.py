@@ -80,3 +80,8 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler"}},
     "loggers": {"django_cluster_jobs": {"handlers": ["console"], "level": "WARNING"}},
 }
+
+if _spans := env.str("CLUSTER_JOBS_TEST_SPANS", default=""):
+    from tests.spans import export_to
+
+    export_to(_spans)

@@ -7,8 +7,6 @@ from collections.abc import Iterator
 import pytest
 from django.test import override_settings
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import SpanKind, StatusCode
 
@@ -17,24 +15,20 @@ from django_cluster_jobs.engine import Node
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState
 from django_cluster_jobs.observe import tracing
 from tests.conftest import wait_until
+from tests.spans import memory_exporter
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-#: Spans of the process's one tracer provider (OpenTelemetry lets a process set it once).
-EXPORTER = InMemorySpanExporter()
 
 FAST = {"HEARTBEAT_INTERVAL": 0.2, "LEASE_TTL": 3.0, "DEAD_AFTER": 2.0, "CLOCK": None}
 
 
 @pytest.fixture
 def spans() -> Iterator[InMemorySpanExporter]:
-    if not isinstance(trace.get_tracer_provider(), TracerProvider):
-        provider = TracerProvider()
-        provider.add_span_processor(SimpleSpanProcessor(EXPORTER))
-        trace.set_tracer_provider(provider)
-    EXPORTER.clear()
-    yield EXPORTER
-    EXPORTER.clear()
+    exporter = memory_exporter()
+    exporter.clear()
+    yield exporter
+    exporter.clear()
 
 
 @pytest.fixture

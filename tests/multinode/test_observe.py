@@ -8,10 +8,13 @@ import urllib.error
 import urllib.request
 
 import pytest
+from opentelemetry import trace
 from prometheus_client.parser import text_string_to_metric_families
 
+from django_cluster_jobs import services
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState
 from tests.conftest import wait_until
+from tests.spans import memory_exporter
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.multinode]
 
@@ -88,3 +91,22 @@ def test_two_nodes_serve_probes_and_metrics_that_match_the_ledger(start_schedule
     for node in nodes:
         node.signal(15)
         assert node.wait(timeout=30) == 0, node.output()
+
+
+def test_one_trace_from_enqueue_to_the_run_on_another_process(start_scheduler, tmp_path):
+    memory_exporter()  # this process's provider, so the request span is a real one
+    with trace.get_tracer("app").start_as_current_span("request") as request:
+        run = services.enqueue("tests.manual", {"value": 3})
+    spans = tmp_path / "spans.jsonl"
+    node = start_scheduler("t0", "--duration", "30", CLUSTER_JOBS_TEST_SPANS=str(spans))
+    done = JobRun.objects.filter(pk=run.pk, state=RunState.SUCCEEDED)
+    wait_until(done.exists, timeout=30)
+    node.signal(15)
+    assert node.wait(timeout=30) == 0, node.output()
+    exported = [json.loads(line) for line in spans.read_text().splitlines() if line.strip()]
+    (span,) = [s for s in exported if s["name"] == "tests.manual run"]
+    context = request.get_span_context()
+    assert span["context"]["trace_id"] == f"0x{context.trace_id:032x}"
+    assert span["parent_id"] == f"0x{context.span_id:016x}"
+    assert span["attributes"]["cluster_jobs.run_id"] == run.pk
+    assert span["attributes"]["cluster_jobs.node"] == "t0"
