@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import User
 from django.urls import reverse
 from django.utils import timezone
 
+from django_cluster_jobs.admin.text import fire_times_around, next_offset_change
 from django_cluster_jobs.models import (
     ClusterEvent,
     ClusterEventKind,
@@ -218,3 +220,37 @@ def test_a_bad_instant_or_an_unknown_job_is_said_plainly(admin_client, nightly):
     assert "No job is named ghost." in text(story(admin_client, "ghost", "2026-05-27T09:00Z"))
     form = admin_client.get(STORY).content.decode()
     assert 'value="Tell its story"' in form and '<option value="nightly">' in form
+
+
+# -- a job's fire times across a DST change -------------------------------------------------
+
+
+def test_the_next_dst_change_is_found_to_the_hour():
+    after = datetime(2026, 1, 10, tzinfo=UTC)
+    assert next_offset_change("Europe/Paris", after) == datetime(2026, 3, 29, 1, tzinfo=UTC)
+    autumn = datetime(2026, 10, 25, 1, tzinfo=UTC)
+    assert next_offset_change("Europe/Paris", datetime(2026, 6, 1, tzinfo=UTC)) == autumn
+    assert next_offset_change("UTC", after) is None
+    assert next_offset_change("Nowhere/Atlantis", after) is None
+
+
+def test_fire_times_around_a_spring_change_skip_the_missing_hour():
+    job = JobDefinitionFactory(name="early", cron="30 2 * * *", timezone="Europe/Paris")
+    change = datetime(2026, 3, 29, 1, tzinfo=UTC)
+    times = fire_times_around(job.get_schedule(), change)
+    local = [t.astimezone(ZoneInfo("Europe/Paris")).strftime("%m-%d %H:%M") for t in times]
+    assert len(times) == 5 and times[1] < change <= times[2]
+    assert local[:2] == ["03-27 02:30", "03-28 02:30"]
+    assert "03-29 02:30" not in local  # 02:30 does not exist that night
+
+
+def test_the_job_page_previews_fire_times_across_the_next_dst_change(admin_client):
+    job = JobDefinitionFactory(name="paris", cron="0 9 * * *", timezone="Europe/Paris")
+    change = reverse("admin:cluster_jobs_jobdefinition_change", args=[job.pk])
+    page = text(admin_client.get(change))
+    assert "Fire times across the next DST change:" in page
+    assert "The clocks of Europe/Paris change at" in page
+    utc = JobDefinitionFactory(name="utc", cron="0 9 * * *", timezone="UTC")
+    page = text(admin_client.get(reverse("admin:cluster_jobs_jobdefinition_change",
+                                         args=[utc.pk])))  # fmt: skip
+    assert "UTC changes no clock within a year." in page
