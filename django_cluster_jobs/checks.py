@@ -42,6 +42,11 @@ def _importable(value: object) -> bool:
     return True
 
 
+def _port(value: object) -> bool:
+    return value is None or (isinstance(value, int) and not isinstance(value, bool)
+                             and 0 <= value <= 65535)  # fmt: skip
+
+
 def _tags(value: object) -> bool:
     return isinstance(value, list | tuple | set | frozenset) and all(
         isinstance(tag, str) for tag in value
@@ -78,6 +83,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "CLOCK": (_importable, "None or the dotted path of an importable clock class"),
     "EPOCH": (lambda v: isinstance(v, datetime) and v.utcoffset() is not None, "an aware datetime"),
     "MAX_PAYLOAD_BYTES": (_count, "a whole number of bytes, 1 or more"),
+    "PROBE_PORT": (_port, "None or a TCP port number, 0 to 65535 (0: any free port)"),
 }
 
 

@@ -59,6 +59,9 @@ class Defaults:
     EPOCH: datetime = datetime(1970, 1, 1, tzinfo=UTC)
     #: Largest payload, in bytes of JSON, of a job definition or a run (each run stores a copy).
     MAX_PAYLOAD_BYTES: int = 64 * 1024
+    #: TCP port of the node's probe server (/livez, /readyz, /startupz, /metrics); None serves
+    #: none. ``runscheduler --probe-port`` overrides it.
+    PROBE_PORT: int | None = None
 
 
 KNOWN = frozenset(k for k in vars(Defaults) if k.isupper())

@@ -248,6 +248,10 @@ class JobRun(models.Model):
         help_text=_("Why the run is pending again (the reason says it in words)."),
     )
     cancel_requested = models.BooleanField(default=False)
+    #: The W3C trace context (traceparent, tracestate) of the code that enqueued the run, which
+    #: the node that runs it continues (observe.tracing); null when there was none. Nullable so
+    #: the claim statements, which do not name it, need no change.
+    trace_context = models.JSONField(null=True, blank=True, editable=False)
     #: The job's id on scheduled runs of jobs that allow no overlap; a partial unique index on
     #: live runs then lets at most one such run be pending or running in the whole cluster.
     lane = models.BigIntegerField(null=True, blank=True, editable=False)

@@ -27,6 +27,7 @@ from .models import (
     RunState,
     WorkerNode,
 )
+from .observe import tracing
 from .registry import registry
 from .validation import check_run_inputs, definition_errors, registered
 
@@ -128,6 +129,7 @@ def get_or_enqueue(
         "created_at": now,
         "reason": _asked_by(outcome, by),
         **(columns or {}),
+        "trace_context": tracing.carrier() or None,
     }
     notify = get_vendor(using).notify_pending
     if not key:  # a fresh random key cannot exist yet: one INSERT, no look-up, no savepoint

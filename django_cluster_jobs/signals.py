@@ -3,7 +3,7 @@
 Each is sent once per event, by the node whose fenced write recorded it, with ``sender`` = the
 job name and these keyword arguments: ``run_id``, ``job``, ``key``, ``node``, ``attempt``, plus:
 
-- ``run_started``: nothing more.
+- ``run_started``: ``scheduled_at``, the occurrence's instant (or the enqueued run's).
 - ``run_succeeded``: ``result``.
 - ``run_failed``: ``state`` (failed or timed_out), ``error``, ``will_retry``.
 - ``run_retried``: ``due_at`` of the next attempt.

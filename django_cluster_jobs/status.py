@@ -14,6 +14,8 @@
   message per problem (an orphaned callable, a value the validator refuses), empty when none;
 - ``recent_failures``: the latest failed, timed out, lost and dead-lettered runs, newest first,
   each a run as above plus ``job``.
+
+``backlog()`` and ``dead_letters()`` are the cluster-wide figures the leader's metrics serve.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from django.db.models import Count, F
+from django.db.models import Count, F, Min
 
 from .conf import app_settings
 from .coordination import get_vendor
@@ -173,3 +175,27 @@ def _failures(alias: str, limit: int) -> list[dict[str, Any]]:
         .values(*RUN_FIELDS, "job__name")[:limit]
     )
     return [{"job": row["job__name"], **_run(row)} for row in rows]
+
+
+def backlog(alias: str, now: datetime) -> dict[str, tuple[int, float]]:
+    """Pending runs due at ``now`` by queue: (how many, seconds the oldest has waited)."""
+    rows = (
+        JobRun.objects.using(alias)
+        .due(now)
+        .values_list("job__queue")
+        .annotate(n=Count("pk"), oldest=Min("due_at"))
+        .order_by()
+    )
+    return {queue: (n, max(0.0, (now - oldest).total_seconds())) for queue, n, oldest in rows}
+
+
+def dead_letters(alias: str) -> dict[str, int]:
+    """Dead-lettered runs kept in the ledger, by job name."""
+    rows = (
+        JobRun.objects.using(alias)
+        .filter(state=RunState.DEAD)
+        .values_list("job__name")
+        .annotate(n=Count("pk"))
+        .order_by()
+    )
+    return dict(rows)

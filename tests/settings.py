@@ -105,3 +105,7 @@ TASKS = {
         "OPTIONS": {"DELIVERY": "at_most_once"},
     },
 }
+if _spans := env.str("CLUSTER_JOBS_TEST_SPANS", default=""):
+    from tests.spans import export_to
+
+    export_to(_spans)

@@ -17,7 +17,7 @@ from django.db.models import (
     Subquery,
 )
 from django.db.models.functions import Now
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
@@ -28,6 +28,7 @@ from ..models import ClusterEvent, JobRun, Lease, NodeStatus, RunState, WorkerNo
 from ..permissions import ADMIN, actor
 from ..wording import interval_text
 from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin
+from .overview import occurrence_view, overview_view
 from .runs import NodeFilter
 from .text import time_column, when
 
@@ -77,6 +78,16 @@ class WorkerNodeAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, 
                 leader_since=Subquery(lease.values("acquired_at")[:1]),
             )
         )
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path("overview/", wrap(lambda request: overview_view(self, request)),
+                 name="cluster_jobs_overview"),
+            path("occurrence/", wrap(lambda request: occurrence_view(self, request)),
+                 name="cluster_jobs_occurrence"),
+            *super().get_urls(),
+        ]  # fmt: skip
 
     def changelist_view(self, request, extra_context=None):
         lease = current_leader()

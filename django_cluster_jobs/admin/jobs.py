@@ -25,7 +25,14 @@ from ..wording import describe_schedule, interval_text
 from .base import LedgerDatabaseMixin
 from .forms import JobDefinitionForm
 from .job_actions import JobActionsMixin, pause_text
-from .text import fire_times_table, schedule_or_none, time_column, when
+from .text import (
+    fire_times_around,
+    fire_times_table,
+    next_offset_change,
+    schedule_or_none,
+    time_column,
+    when,
+)
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -40,7 +47,10 @@ CODE_OWNED = tuple(
 )
 MAIN_FIELDS = ("name", "callable_name", "source", "enabled", "pause_state", "problem_list")
 SCHEDULE_FIELDS = ("schedule_kind", "cron", "timezone", "interval")
-COMPUTED = ("pause_state", "problem_list", "schedule_description", "next_fire_times")
+SCHEDULE_PREVIEWS = ("schedule_description", "next_fire_times", "across_dst")
+COMPUTED = (
+    "pause_state", "problem_list", "schedule_description", "next_fire_times", "across_dst",
+)  # fmt: skip
 HISTORY = (
     "runs_last_day", "last_run_detail", "last_success", "last_failure", "created", "updated",
 )  # fmt: skip
@@ -76,7 +86,7 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
     search_fields = ("name", "callable_name")
     fieldsets = (
         (None, {"fields": MAIN_FIELDS}),
-        (_("Schedule"), {"fields": (*SCHEDULE_FIELDS, "schedule_description", "next_fire_times")}),
+        (_("Schedule"), {"fields": (*SCHEDULE_FIELDS, *SCHEDULE_PREVIEWS)}),
         (_("Policies"), {"fields": POLICY_FIELDS}),
         (_("History"), {"fields": HISTORY}),
     )
@@ -204,6 +214,20 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
         table = fire_times_table(obj.upcoming(timezone.now(), 5), obj.timezone)
         note = "" if obj.enabled else _("Disabled: these occurrences will be skipped.")
         return format_html("{}{}", table, note)
+
+    @admin.display(description=_("fire times across the next DST change"))
+    def across_dst(self, obj):
+        schedule = schedule_or_none(obj)
+        if schedule is None or not schedule.slotted:
+            return "-"
+        change = next_offset_change(obj.timezone, timezone.now())
+        if change is None:
+            return _("%(tz)s changes no clock within a year.") % {"tz": obj.timezone or "UTC"}
+        text = _("The clocks of %(tz)s change at %(at)s UTC:") % {
+            "tz": obj.timezone, "at": f"{change:%Y-%m-%d %H:%M}",
+        }  # fmt: skip
+        table = fire_times_table(fire_times_around(schedule, change), obj.timezone)
+        return format_html("<p>{}</p>{}", text, table)
 
     @staticmethod
     def _why_no_fire_times(obj) -> StrOrPromise:

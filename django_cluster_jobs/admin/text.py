@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime, tzinfo
+from datetime import UTC, datetime, timedelta, tzinfo
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -73,3 +73,34 @@ def pre(text: object) -> str:
 def as_json(value: object) -> str:
     """Return ``value`` as indented, key-sorted JSON."""
     return json.dumps(value, indent=2, sort_keys=True, default=str)
+
+
+def next_offset_change(tz: str, after: datetime, within: timedelta = timedelta(days=366)):
+    """Return the first instant after ``after`` at which ``tz``'s UTC offset changes (a DST
+    change), to the hour, within ``within``; None when there is none (or no such zone)."""
+    try:
+        zone = ZoneInfo(tz or "UTC")
+    except (ValueError, ZoneInfoNotFoundError):
+        return None
+    start = after.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    offset = start.astimezone(zone).utcoffset()
+    for step, count in ((timedelta(days=1), within.days), (timedelta(hours=1), 24)):
+        at = start
+        for _step in range(count):
+            if (at + step).astimezone(zone).utcoffset() != offset:
+                break
+            at += step
+        else:
+            return None
+        start = at
+    return start + timedelta(hours=1)
+
+
+def fire_times_around(schedule: Schedule, change: datetime, before: int = 2, after: int = 3):
+    """The schedule's last ``before`` occurrences before ``change`` and first ``after`` from it."""
+    earlier: list[datetime] = []
+    at = change - timedelta(microseconds=1)
+    while len(earlier) < before and (found := schedule.previous_at_or_before(at)) is not None:
+        earlier.insert(0, found)
+        at = found - timedelta(microseconds=1)
+    return earlier + schedule.upcoming(change - timedelta(microseconds=1), after)

@@ -23,12 +23,14 @@ from ..coordination import Heartbeat, Peer, Won
 from ..coordination.types import LeaderRenewal
 from ..ledger import Ledger, get_ledger
 from ..models import NodeStatus, RunState
+from ..observe import tracing
 from ..registry import Registry, registry
 from . import stats
 from .claimer import Claimer
 from .clock import Clock
 from .executor import Executor, release_broken_connections
 from .handlers import merged_payload, safe_text
+from .health import NodeHealth
 from .heartbeat import HeartbeatThread
 from .leader import Leader, LeaderThread
 from .periodic import PeriodicThread
@@ -95,6 +97,8 @@ class Node:
         self._stopping = threading.Event()
         self._reload = threading.Event()
         self._registered = time.monotonic()
+        #: What the probes read (observe.probes), stamped by the loop and the lifecycle.
+        self.health = NodeHealth(self)
 
     def _make_listener(self) -> PeriodicThread | None:
         if not self.ledger.vendor.features.listens:
@@ -240,6 +244,7 @@ class Node:
             self.presence.start()
         self.taker.wake()
         self.claimer.fire_startup_jobs(self.clock.now())
+        self.health.mark_started()
         logger.info("node %s started with %d job(s)", self.node_id, len(self.planned),
                     extra=self.log_extra)  # fmt: skip
 
@@ -331,6 +336,7 @@ class Node:
         loaded = load_planned(self.ledger.alias, self.registry)
         here = {n: p for n, p in loaded.items() if p.runs_here(self.tags)}
         self.claimer.replan(here, self.clock.now())
+        self.health.mark_loaded()
 
     def tick(self) -> None:
         """Claim every occurrence due now, in one batch; then start due pending runs.
@@ -339,13 +345,15 @@ class Node:
         claimed was skipped (fail-closed), and a reload that failed is tried again next tick.
         """
         self.ticks += 1
+        self.health.mark_ticking()
         self._supervise()
         try:
             if self._reload.is_set():
                 self.reload()
                 self._reload.clear()
             now = self.clock.now()
-            self.claimer.tick(now)
+            with tracing.claim_span(self.node_id, self.counters):
+                self.claimer.tick(now)
             self.taker.tick(self.planned, now)
         except DatabaseError as exc:
             release_broken_connections()
@@ -362,6 +370,7 @@ class Node:
         timeout = MAX_SLEEP
         if due:
             timeout = min(timeout, max(0.0, (min(due) - self.clock.now()).total_seconds()))
+        self.health.mark_sleeping(timeout)
         self.wake.wait(timeout)
         self.wake.clear()
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 
 from django.db import DatabaseError, connections
 
@@ -29,6 +30,10 @@ class PeriodicThread(threading.Thread):
         super().__init__(name=name, daemon=True)
         self._halt = threading.Event()
         self._poke = threading.Event()
+        #: time.monotonic() at the end of the latest step, and of the latest that raised nothing
+        #: (what the probes read: engine.health).
+        self.last_step: float | None = None
+        self.last_ok: float | None = None
 
     def interval(self) -> float:
         raise NotImplementedError
@@ -55,14 +60,19 @@ class PeriodicThread(threading.Thread):
 
     def step_contained(self) -> None:
         """Run one step; log (never raise) what it raised, and keep usable connections."""
+        ok = False
         try:
             self.step()
+            ok = True
         except DatabaseError as exc:
             logger.warning("%s %s failed: %s", self.what, self.name, exc)
             release_broken_connections()
         except Exception:  # whatever a stored row did: the next step tries again
             logger.exception("%s %s failed", self.what, self.name)
             release_broken_connections()
+        finally:
+            self.last_step = time.monotonic()
+            self.last_ok = self.last_step if ok else self.last_ok
 
     @property
     def stopped(self) -> bool:

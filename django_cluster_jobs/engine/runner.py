@@ -22,6 +22,7 @@ from ..coordination import Won
 from ..ledger import Ledger
 from ..ledger.breaker import open_if_tripped
 from ..models import Overlap, RunState
+from ..observe import tracing
 from ..policies.retry import Backoff, final_state, retryable
 from .clock import Clock
 from .executor import release_broken_connections
@@ -151,12 +152,16 @@ class Runner:
             extra=self.extra(won, planned),
         )
         self._not_before(scheduled_at)
-        self._signal(signals.run_started, active)
+        self._signal(signals.run_started, active, scheduled_at=scheduled_at)
         timers = self._arm_timeout(active)
         finished = self.clock.now()
         try:
-            outcome = self._execute(active, payload)
-            finished = self._conclude_contained(active, outcome)
+            with tracing.run_span(
+                self.ledger.alias, won, planned, scheduled_at, self.node_id
+            ) as span:
+                outcome = self._execute(active, payload)
+                finished = self._conclude_contained(active, outcome)
+                tracing.record_outcome(span, outcome.state, outcome.error)
         finally:
             for timer in timers:
                 timer.cancel()

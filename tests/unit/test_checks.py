@@ -139,6 +139,10 @@ def test_unknown_database_alias():
         ),
         ("CLOCK", "Clock", "None or the dotted path of an importable clock class", None),
         ("CLOCK", 5, "None or the dotted path of an importable clock class", None),
+        ("PROBE_PORT", 70000, "None or a TCP port number, 0 to 65535 (0: any free port)", None),
+        ("PROBE_PORT", -1, "None or a TCP port number, 0 to 65535 (0: any free port)", None),
+        ("PROBE_PORT", "8001", "None or a TCP port number, 0 to 65535 (0: any free port)", None),
+        ("PROBE_PORT", True, "None or a TCP port number, 0 to 65535 (0: any free port)", None),
     ],
 )
 def test_invalid_value(key, value, expected, default):
@@ -163,6 +167,9 @@ def test_invalid_value(key, value, expected, default):
         ("PRESENCE", False),
         ("EPOCH", datetime.fromisoformat("2026-01-01T00:00:00+01:00")),
         ("CLOCK", "django_cluster_jobs.engine.clock.Clock"),
+        ("PROBE_PORT", None),
+        ("PROBE_PORT", 8001),
+        ("PROBE_PORT", 0),
     ],
 )
 def test_valid_values(key, value):

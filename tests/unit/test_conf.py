@@ -32,6 +32,7 @@ DEFAULTS = {
     "PRIORITY_AGING": 60.0,
     "QUEUE_LIMITS": {},
     "MAX_PAYLOAD_BYTES": 65536,
+    "PROBE_PORT": None,
 }
 
 
@@ -92,9 +93,12 @@ def test_unknown_key_names_the_key_and_the_valid_ones():
 
 
 def test_an_unknown_key_is_djangos_improperly_configured_too():
-    with override_settings(CLUSTER_JOBS={"EXTRA": 1}), pytest.raises(
-        django_exceptions.ImproperlyConfigured, match="Unknown CLUSTER_JOBS key"
-    ) as caught:
+    with (
+        override_settings(CLUSTER_JOBS={"EXTRA": 1}),
+        pytest.raises(
+            django_exceptions.ImproperlyConfigured, match="Unknown CLUSTER_JOBS key"
+        ) as caught,
+    ):
         app_settings.LEASE_TTL  # noqa: B018
     assert isinstance(caught.value, ImproperlyConfigured)
     assert isinstance(caught.value, ClusterJobsError)

@@ -27,7 +27,10 @@ def test_one_describer_reads_every_kind(fields, text):
 
 def test_reports_are_worded_in_english_whatever_language_is_active():
     job = JobDefinition(
-        name="j", callable_name="j", schedule_kind=ScheduleKind.CRON, cron="0 9 * * *",
+        name="j",
+        callable_name="j",
+        schedule_kind=ScheduleKind.CRON,
+        cron="0 9 * * *",
         timezone="UTC",
     )
     with translation.override("fr"):

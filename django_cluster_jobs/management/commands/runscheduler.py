@@ -10,7 +10,10 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ...conf import app_settings
 from ...engine import Node
+from ...observe import metrics
+from ...observe.probes import ProbeServer
 
 
 def positive_int(text: str) -> int:
@@ -24,6 +27,13 @@ def non_negative_float(text: str) -> float:
     value = float(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    return value
+
+
+def port(text: str) -> int:
+    value = int(text)
+    if not 0 <= value <= 65535:
+        raise argparse.ArgumentTypeError(f"must be a TCP port, 0 to 65535, got {value}")
     return value
 
 
@@ -75,6 +85,12 @@ class Command(BaseCommand):
             action="store_true",
             help="Start, fire startup jobs and what is due now, then stop.",
         )
+        parser.add_argument(
+            "--probe-port",
+            type=port,
+            help="Serve /livez, /readyz, /startupz and /metrics on this port "
+            "(default: CLUSTER_JOBS['PROBE_PORT'], else none).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         node = Node(options["node_id"], threads=options["threads"], tags=options["tags"])
@@ -82,6 +98,28 @@ class Command(BaseCommand):
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: node.request_stop(reason="signal"))
         max_ticks = 1 if options["once"] else options["max_ticks"]
-        node.run(max_ticks=max_ticks, duration=options["duration"])
+        port = options["probe_port"]
+        port = port if port is not None else app_settings.PROBE_PORT
+        recorder = metrics.for_node(node) if port is not None else None
+        probes = self._probes(node, port, recorder)
+        try:
+            node.run(max_ticks=max_ticks, duration=options["duration"])
+        finally:
+            if probes is not None:
+                probes.stop()
+            if recorder is not None:
+                recorder.disconnect()
         if node.failure:
             raise CommandError(f"node {node.node_id} stopped: {node.failure}", returncode=1)
+
+    def _probes(
+        self, node: Node, port: int | None, recorder: metrics.NodeMetrics | None
+    ) -> ProbeServer | None:
+        """Start the probe server (with /metrics when prometheus-client is installed) before
+        the node starts, so /startupz answers meanwhile."""
+        if port is None:
+            return None
+        exposition = recorder.exposition if recorder is not None else None
+        probes = ProbeServer(node.health, port, metrics=exposition)
+        probes.start()
+        return probes

@@ -1,0 +1,76 @@
+"""Two console pages beside the changelists: the cluster overview and an occurrence's story."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlencode
+
+from django.contrib.admin import ModelAdmin
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+from django.utils.translation import gettext as _
+
+from ..conf import app_settings, ledger
+from ..models import JobDefinition
+from ..overview import HOURS, cluster_overview, occurrence_story
+
+
+def _context(model_admin: ModelAdmin, request: HttpRequest, title: str) -> dict:
+    if not model_admin.has_view_permission(request):
+        raise PermissionDenied
+    return {**model_admin.admin_site.each_context(request), "title": title,
+            "opts": model_admin.model._meta}  # fmt: skip
+
+
+def overview_view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
+    """Nodes and leader, each job's last 24 hours, failing and breaker-open jobs first, the
+    dead letters and the queues."""
+    context = _context(model_admin, request, _("Cluster overview"))
+    report = cluster_overview(app_settings.DATABASE)
+    runs = reverse(f"{model_admin.admin_site.name}:cluster_jobs_jobrun_changelist")
+    story = reverse(f"{model_admin.admin_site.name}:cluster_jobs_occurrence")
+    for job in report["jobs"]:
+        for cell in job["strip"]:
+            last = cell.start + timedelta(hours=1) - timedelta(milliseconds=1)
+            cell.url = f"{story}?{urlencode({'job': job['name'], 'at': _iso(last)})}"
+        job["runs_url"] = f"{runs}?{urlencode({'q': job['name']})}"
+    context.update(report=report, hours=HOURS, story_url=story)
+    return TemplateResponse(request, "admin/cluster_jobs/overview.html", context)
+
+
+def occurrence_view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse:
+    """Pick a job and an instant; tell that occurrence's story."""
+    context = _context(model_admin, request, _("Why didn't it run?"))
+    jobs = list(ledger(JobDefinition).order_by("name").values_list("name", flat=True))
+    name, text = request.GET.get("job", ""), request.GET.get("at", "")
+    context.update(jobs=jobs, job_name=name, at_text=text, story=None, error="")
+    if name:
+        job = ledger(JobDefinition).filter(name=name).first()
+        asked = _instant(text)
+        if job is None:
+            context["error"] = _("No job is named %(name)s.") % {"name": name}
+        elif asked is None:
+            context["error"] = _("Give the instant as an ISO date and time, e.g. "
+                                 "2026-05-28T09:00:00Z.")  # fmt: skip
+        else:
+            context["story"] = occurrence_story(app_settings.DATABASE, job, asked)
+    return TemplateResponse(request, "admin/cluster_jobs/occurrence.html", context)
+
+
+def _instant(text: str) -> datetime | None:
+    """An ISO instant; a naive one is read as UTC. None when it is not one."""
+    try:
+        at = parse_datetime(text.strip().replace(" ", "T"))
+    except ValueError:
+        return None
+    if at is None:
+        return None
+    return at if timezone.is_aware(at) else at.replace(tzinfo=UTC)
+
+
+def _iso(at: datetime) -> str:
+    return at.astimezone(UTC).isoformat().replace("+00:00", "Z")

@@ -1,0 +1,1 @@
+"""What operators watch: the probe server, Prometheus metrics and traces of a node."""
