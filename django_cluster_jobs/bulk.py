@@ -102,6 +102,8 @@ def _insert(using: str, job_id: int, fresh: dict[str, JobRun], keyed: bool) -> d
             with transaction.atomic(using=using):
                 existing = _existing(using, job_id, list(fresh)) if keyed else {}
                 new = [run for key, run in fresh.items() if key not in existing]
+                for run in new:
+                    run.set_rank()  # bulk_create calls no save()
                 JobRun.objects.using(using).bulk_create(new)
                 if any(run.pk is None for run in new):  # a database that returns no ids
                     new = list(_existing(using, job_id, [run.key for run in new]).values())

@@ -1,7 +1,9 @@
 """Taking pending runs: priority order with aging, natively in SQL or ranked in Python.
 
 A due pending run ranks ``priority + seconds overdue / PRIORITY_AGING``: highest first, then the
-earliest due, then the oldest. Waiting PRIORITY_AGING seconds is worth one priority point, so a
+earliest due, then the oldest. The native paths order by the rank stored with each pending run
+(:mod:`django_cluster_jobs.ranks`), which an index serves; the portable path ranks in Python.
+Waiting PRIORITY_AGING seconds is worth one priority point, so a
 low-priority run is eventually taken before fresh high-priority ones and cannot starve. A stored
 priority outside ``PRIORITY_MIN``…``PRIORITY_MAX`` (written before it was validated) ranks as the
 nearest bound, so no stored value can make the ranking overflow or fail for the other runs.
@@ -16,27 +18,16 @@ from typing import Any
 from django.db.models import QuerySet
 
 from ..bounds import PRIORITY_MAX, PRIORITY_MIN
-from ..conf import app_settings
 from ..models import Cause, EventKind, JobRun
+from ..ranks import aging_step, bounded
 from . import sql
 from .base import dt_param
 from .types import Won
 
+__all__ = ["BOUNDS", "aging_step", "bounded", "pick", "rank_key", "take_native", "taken_kind"]
+
 #: The bounds a priority ranks within, as the SQL orders spell them.
 BOUNDS = {"low": PRIORITY_MIN, "high": PRIORITY_MAX}
-
-
-def aging_step() -> timedelta | None:
-    """Return the wait worth one priority point, or None when aging is off."""
-    seconds = app_settings.PRIORITY_AGING
-    if not seconds or seconds <= 0:
-        return None
-    return timedelta(seconds=seconds)
-
-
-def bounded(priority: int) -> int:
-    """The priority a run ranks with: its own, within PRIORITY_MIN…PRIORITY_MAX."""
-    return max(PRIORITY_MIN, min(PRIORITY_MAX, priority))
 
 
 def rank_key(

@@ -148,22 +148,14 @@ WHERE id IN (
 RETURNING id
 """
 
-# The rank of a due pending run with aging: priority + seconds overdue / PRIORITY_AGING, highest
-# first, then the earliest due, then the oldest. Both dialects compute it multiplied by the aging
-# (priority * aging + age), which ranks the same and stays exact: numeric seconds on PostgreSQL,
-# whole milliseconds on SQLite (julianday() parses Django's 'YYYY-MM-DD HH:MM:SS[.ffffff]' text
-# and keeps milliseconds; ROUND makes the age an exact integer, so equal ranks tie exactly).
-# A priority outside {low}…{high} (stored before it was validated) ranks as the nearest bound.
-# Parameters: the aging (seconds as numeric; milliseconds on SQLite), then now.
-PG_PENDING_ORDER = (
-    "LEAST(GREATEST(priority, {low}), {high}) * %s::numeric"
-    " + EXTRACT(EPOCH FROM (%s - due_at)) DESC, due_at, id"
-)
-SQLITE_PENDING_ORDER = (
-    "MAX(MIN(priority, {high}), {low}) * %s"
-    " + ROUND((julianday(%s) - julianday(due_at)) * 86400000) DESC, due_at, id"
-)
-# Without aging (PRIORITY_AGING None or 0): strict priority order. No parameters.
+# The order of due pending runs with aging: the rank stored with each (ranks.rank_of: due_at -
+# priority * PRIORITY_AGING in microseconds, lowest first, the same order as priority + seconds
+# overdue / PRIORITY_AGING highest first), then the earliest due, then the oldest. The partial
+# index cluster_jobs_run_rank serves it, so a take reads only the rows it takes (and the not yet
+# due ones ranked before them), whatever the backlog. No parameters.
+RANK_ORDER = "pending_rank, due_at, id"
+# Without aging (PRIORITY_AGING None or 0): strict priority order, served by the partial index
+# cluster_jobs_run_strict. No parameters.
 PRIORITY_ORDER = "priority DESC, due_at, id"
 
 # The timeline entry of each run just taken: a takeover when its previous owner went away (its

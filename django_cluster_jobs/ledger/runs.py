@@ -15,6 +15,7 @@ from django.db.models import F, QuerySet
 
 from ..coordination import Vendor, Won
 from ..models import PARKED, Cause, Delivery, EventKind, JobRun, RunEvent, RunState
+from ..ranks import rank_expression
 from .signals import after_commit
 
 #: The timeline entry of a run released by its cause.
@@ -79,6 +80,7 @@ class Runs:
             updated = self.held(won).update(
                 state=RunState.PENDING,
                 due_at=due_at,
+                pending_rank=rank_expression(due_at),
                 attempt=F("attempt") + 1,
                 fence=won.fence + 1,
                 node="",
@@ -132,6 +134,7 @@ class Runs:
         back = runs.update(
             state=RunState.PENDING,
             due_at=now,
+            pending_rank=rank_expression(now),
             node="",
             lease_expires_at=None,
             fence=fence + 1,
@@ -166,7 +169,7 @@ class Runs:
         released = (
             JobRun.objects.using(self.alias)
             .filter(job_id=job_id, state=RunState.PENDING, due_at=PARKED)
-            .update(due_at=now)
+            .update(due_at=now, pending_rank=rank_expression(now))
         )
         if released:
             self.vendor.notify_pending()
