@@ -11,6 +11,7 @@ nearest bound, so no stored value can make the ranking overflow or fail for the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,7 +25,10 @@ from . import sql
 from .base import dt_param
 from .types import Won
 
-__all__ = ["BOUNDS", "aging_step", "bounded", "pick", "rank_key", "take_native", "taken_kind"]
+__all__ = [
+    "BOUNDS", "aging_step", "bounded", "pick", "rank_key", "take_native", "take_returning",
+    "taken_kind",
+]  # fmt: skip
 
 #: The bounds a priority ranks within, as the SQL orders spell them.
 BOUNDS = {"low": PRIORITY_MIN, "high": PRIORITY_MAX}
@@ -78,6 +82,34 @@ def take_native(
     rows = {r.pk: r for r in JobRun.objects.using(vendor.alias).filter(pk__in=ids)}
     ranked = [(r.pk, r.due_at, r.priority) for r in rows.values()]
     return [won_of(rows[pk]) for pk, _, _ in sorted(ranked, key=rank_key(aging_step(), now))]
+
+
+def take_returning(
+    cursor: Any,
+    vendor: Any,
+    node: str,
+    job_ids: Collection[int],
+    limit: int,
+    now: datetime,
+    lease_until: datetime,
+) -> list[Won]:
+    """Run PG_TAKE_PENDING on ``cursor``: the take, its events and the taken rows in one
+    statement; return the runs taken in rank order."""
+    if not job_ids or limit < 1:
+        return []
+    order, order_params = vendor.pending_order(now)
+    marks = ", ".join(["%s"] * len(job_ids))
+    query = sql.PG_TAKE_PENDING.format(job_ids=marks, order=order, lock="FOR UPDATE SKIP LOCKED")
+    params = [node, lease_until, now, now, *job_ids, *order_params, limit, now]
+    cursor.execute(query, params)
+    rows = cursor.fetchall()
+    rows.sort(key=lambda r: rank_key(aging_step(), now)((r[0], r[7], r[8])))
+    return [Won(r[0], r[1], r[2], r[3], r[4], r[5], _json(r[6])) for r in rows]
+
+
+def _json(value: Any) -> Any:
+    """A JSON column as a raw query returns it: text on some drivers, parsed on others."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
 
 
 def pick(

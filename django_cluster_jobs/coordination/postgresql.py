@@ -14,7 +14,7 @@ from ..ranks import ensure_ranked
 from . import sql
 from .base import Features, json_param
 from .orm import ORMVendor
-from .pending import aging_step, take_native
+from .pending import aging_step, take_returning
 from .types import Claim, Heartbeat, NodeStats, Won, peers_of
 
 #: First key of the two-int advisory lock space, so ours cannot collide with the application's
@@ -78,7 +78,7 @@ class PostgreSQLVendor(ORMVendor):
     ) -> list[Won]:
         ensure_ranked(self.alias)
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-            return take_native(cursor, self, node, job_ids, limit, now, lease_until)
+            return take_returning(cursor, self, node, job_ids, limit, now, lease_until)
 
     def pending_order(self, now: datetime) -> tuple[str, list[Any]]:
         """TAKE_PENDING's ORDER BY: the stored rank, or strict priority without aging."""

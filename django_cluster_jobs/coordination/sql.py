@@ -166,3 +166,15 @@ SELECT id, %s, CASE WHEN cause IN ('lease_expired', 'handed_back', 'node_lost')
                     THEN 'taken_over' ELSE 'started' END, node, fence, reason
 FROM {RUN} WHERE id IN ({{ids}})
 """
+
+# PostgreSQL: the take, its timeline entries and the taken runs in one round trip (TAKE_PENDING,
+# TAKEN_EVENTS and the read of the rows, as one statement). Parameters: TAKE_PENDING's, then the
+# events' time.
+PG_TAKE_PENDING = f"""
+WITH t AS ({TAKE_PENDING.replace("RETURNING id", "RETURNING *").strip()}),
+ev AS (INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
+       SELECT id, %s, CASE WHEN cause IN ('lease_expired', 'handed_back', 'node_lost')
+                           THEN 'taken_over' ELSE 'started' END, node, fence, reason
+       FROM t)
+SELECT id, job_id, key, fence, attempt, scheduled_at, payload, due_at, priority FROM t
+"""

@@ -108,11 +108,33 @@ def test_the_take_is_served_by_the_rank_index_on_postgresql():
     items = [RunRequest({"value": i}, priority=rng.randrange(-3, 4)) for i in range(5000)]
     runs = services.enqueue_many("tests.manual", items, at=NOW - timedelta(minutes=1))
     job_id = runs[0].job_id
-    query = sql.TAKE_PENDING.format(
+    query = sql.PG_TAKE_PENDING.format(
         job_ids="%s", order=sql.RANK_ORDER, lock="FOR UPDATE SKIP LOCKED"
     )
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE cluster_jobs_jobrun")
-        cursor.execute("EXPLAIN " + query, ["n", LEASE, NOW, NOW, job_id, 4])
+        cursor.execute("EXPLAIN " + query, ["n", LEASE, NOW, NOW, job_id, 4, NOW])
         plan = "\n".join(row[0] for row in cursor.fetchall())
     assert "cluster_jobs_run_rank" in plan and "Sort" not in plan, plan
+
+
+@pytest.mark.postgresql
+def test_a_take_on_postgresql_is_one_statement_with_its_events():
+    from django_cluster_jobs.models import RunEvent
+
+    runs = services.enqueue_many("tests.manual", [{"value": i} for i in range(3)], at=NOW)
+    vendor = get_vendor("default")
+    vendor.take_pending("n", [runs[0].job_id], 1, NOW, LEASE)  # the aging check, once
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        taken = vendor.take_pending("n", [runs[0].job_id], 5, NOW, LEASE)
+    assert [w.run_id for w in taken] == [runs[1].pk, runs[2].pk]
+    assert [w.payload for w in taken] == [{"value": 1}, {"value": 2}]
+    assert len(sent) == 1, sent
+    started = RunEvent.objects.filter(run_id__in=[r.pk for r in runs], kind="started")
+    assert started.count() == 3
