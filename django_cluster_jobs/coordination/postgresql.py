@@ -15,7 +15,7 @@ from . import sql
 from .base import Features, json_param
 from .orm import ORMVendor
 from .pending import aging_step, take_returning
-from .types import Claim, Heartbeat, NodeStats, Won, peers_of
+from .types import Claim, Ending, Heartbeat, NodeStats, Won, peers_of
 
 #: First key of the two-int advisory lock space, so ours cannot collide with the application's
 #: single-bigint locks ("CJ" in ASCII).
@@ -83,6 +83,14 @@ class PostgreSQLVendor(ORMVendor):
     def pending_order(self, now: datetime) -> tuple[str, list[Any]]:
         """TAKE_PENDING's ORDER BY: the stored rank, or strict priority without aging."""
         return (sql.PRIORITY_ORDER if aging_step() is None else sql.RANK_ORDER), []
+
+    def finish(self, won: Won, node: str, state: str, now: datetime, ending: Ending) -> bool:
+        result = None if ending.result is None else json_param(self.connection, ending.result)
+        params = [state, now, result, ending.error, ending.traceback, won.run_id, won.fence]
+        params += [won.run_id, now, state, node, won.fence, ending.reason, ending.fenced_reason]
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql.PG_FINISH, params)
+            return bool(cursor.fetchone()[0])
 
     def notify_pending(self) -> None:
         with self.connection.cursor() as cursor:

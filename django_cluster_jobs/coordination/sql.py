@@ -178,3 +178,21 @@ ev AS (INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
        FROM t)
 SELECT id, job_id, key, fence, attempt, scheduled_at, payload, due_at, priority FROM t
 """
+
+# PostgreSQL: a run's end and its timeline entry in one statement, committed on its own. The
+# UPDATE matches only while the run is running under the writer's fence; when it matches nothing
+# the entry says so (fenced_out, with the rejection's reason). Parameters: state, finished_at,
+# result, error, traceback, id, fence, then the entry's run id, at, kind, node, fence, reason,
+# and the reason when fenced out. Returns whether the end was written.
+PG_FINISH = f"""
+WITH u AS (
+    UPDATE {RUN} SET state = %s, finished_at = %s, result = %s, error = %s, traceback = %s,
+                     lease_expires_at = NULL
+    WHERE id = %s AND fence = %s AND state = 'running'
+    RETURNING id
+)
+INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
+SELECT %s, %s, CASE WHEN EXISTS (SELECT 1 FROM u) THEN %s ELSE 'fenced_out' END, %s, %s,
+       CASE WHEN EXISTS (SELECT 1 FROM u) THEN %s ELSE %s END
+RETURNING kind <> 'fenced_out'
+"""

@@ -13,7 +13,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, QuerySet
 
-from ..coordination import Vendor, Won
+from ..coordination import Ending, Vendor, Won
 from ..models import PARKED, Cause, Delivery, EventKind, JobRun, RunEvent, RunState
 from ..ranks import rank_expression
 from .signals import after_commit
@@ -49,6 +49,12 @@ class Runs:
         traceback: str = "",
     ) -> bool:
         """Record a run's end if this node still holds its fence; False means fenced out."""
+        reason = f"{error}\n\n{traceback}".strip()
+        fenced = f"completion as {state} rejected: fence {won.fence} is stale"
+        ending = Ending(result, error, traceback, reason, fenced)
+        written = self.vendor.finish(won, node, state, now, ending)
+        if written is not None:  # one statement where the database can
+            return written
         with transaction.atomic(using=self.alias):
             updated = self.held(won).update(
                 state=state,
@@ -59,10 +65,7 @@ class Runs:
                 lease_expires_at=None,
             )
             kind = state if updated else EventKind.FENCED_OUT
-            reason = f"{error}\n\n{traceback}".strip()
-            if not updated:
-                reason = f"completion as {state} rejected: fence {won.fence} is stale"
-            self.record(won.run_id, kind, node, won.fence, reason, now)
+            self.record(won.run_id, kind, node, won.fence, reason if updated else fenced, now)
         return bool(updated)
 
     def retry(
