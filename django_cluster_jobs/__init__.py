@@ -15,6 +15,7 @@ from .exceptions import (
 )
 from .locks import LockHandle, cluster_lock
 from .registry import Job, job, registry
+from .run_request import RunRequest
 from .schedules import Cron, Delay, Every, OnDemand, Startup
 
 try:
@@ -37,6 +38,7 @@ __all__ = [
     "OnDemand",
     "RegistryNotReady",
     "RunContext",
+    "RunRequest",
     "Startup",
     "UnknownJob",
     "__version__",

@@ -255,6 +255,9 @@ class JobRun(models.Model):
     #: The job's id on scheduled runs of jobs that allow no overlap; a partial unique index on
     #: live runs then lets at most one such run be pending or running in the whole cluster.
     lane = models.BigIntegerField(null=True, blank=True, editable=False)
+    #: While pending: due_at - priority * PRIORITY_AGING in microseconds (see ranks), the order
+    #: in which due pending runs are taken; an index serves it.
+    pending_rank = models.BigIntegerField(null=True, blank=True, editable=False)
     origin = models.ForeignKey(
         "self",
         null=True,
@@ -286,6 +289,16 @@ class JobRun(models.Model):
                 name="cluster_jobs_run_due",
                 condition=Q(state="pending"),
             ),
+            models.Index(
+                fields=["pending_rank", "due_at", "id"],
+                name="cluster_jobs_run_rank",
+                condition=Q(state="pending"),
+            ),
+            models.Index(
+                fields=["-priority", "due_at", "id"],
+                name="cluster_jobs_run_strict",
+                condition=Q(state="pending"),
+            ),
             models.Index(fields=["node", "state"], name="cluster_jobs_run_node"),
             models.Index(
                 fields=["state", "lease_expires_at"],
@@ -305,6 +318,21 @@ class JobRun(models.Model):
 
     def __str__(self) -> str:
         return f"{self.job.name} @ {self.key}"
+
+    def save(self, *args, **kwargs) -> None:
+        """Save; a pending run stores its rank (see ranks) with it."""
+        if self.state == RunState.PENDING:
+            self.set_rank()
+            if kwargs.get("update_fields") is not None:
+                kwargs["update_fields"] = {*kwargs["update_fields"], "pending_rank"}
+        super().save(*args, **kwargs)
+
+    def set_rank(self) -> None:
+        """Store the rank this run is taken by while pending (before a bulk_create)."""
+        from .ranks import rank_of
+
+        if self.due_at is not None and self.priority is not None:
+            self.pending_rank = rank_of(self.due_at, self.priority)
 
 
 class EventKind(models.TextChoices):

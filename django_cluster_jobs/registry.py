@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import (
@@ -26,6 +26,7 @@ from . import bounds, columns, payloads, schedules, validation
 from .choices import Delivery, Executor, Misfire, Overlap, Placement
 from .context import RunContext
 from .exceptions import DuplicateJob, ImproperlyDeclared, RegistryNotReady, UnknownJob
+from .run_request import RunRequest
 
 if TYPE_CHECKING:
     from .models import JobRun
@@ -141,6 +142,20 @@ class Job(Generic[P, R]):
         from .services import enqueue
 
         return enqueue(self.name, payload, at=when, key=idempotency_key, priority=priority)
+
+    def enqueue_many(
+        self,
+        payloads: Iterable[Mapping[str, Any] | RunRequest],
+        *,
+        priority: int | None = None,
+        at: datetime | None = None,
+    ) -> list[JobRun]:
+        """Run this job once per payload (or RunRequest), inserted in one statement, all or
+        nothing; returns the pending JobRuns in order. ``priority`` and ``at`` apply to the
+        items that do not set their own; a RunRequest's ``key`` is its idempotency key."""
+        from .bulk import enqueue_many
+
+        return enqueue_many(self.name, payloads, priority=priority, at=at)
 
     def invoke(self, context: RunContext, payload: dict[str, Any]) -> Any:
         """Call the handler with the context (when it takes one) and the payload as kwargs."""

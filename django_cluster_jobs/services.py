@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 import uuid
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from django.db import IntegrityError, transaction
 from django.db.models.functions import Now
 
+from .bulk import RunRequest, enqueue_many
 from .conf import app_settings
 from .coordination import get_vendor
 from .models import (
@@ -30,6 +32,8 @@ from .models import (
 from .observe import tracing
 from .registry import registry
 from .validation import check_run_inputs, definition_errors, registered
+
+__all__ = ["RunRequest", "enqueue_many"]  # re-exported: the bulk form of enqueue
 
 logger = logging.getLogger(__name__)
 
@@ -59,12 +63,25 @@ def cluster_now(using: str | None = None) -> datetime:
     return get_vendor(using or app_settings.DATABASE).db_now()
 
 
-def _definition_and_now(name: str, using: str) -> tuple[JobDefinition, datetime]:
-    """Return the job's stored definition and cluster time, read in one query when it exists."""
-    row = JobDefinition.objects.using(using).filter(name=name).annotate(db_now=Now()).first()
+@dataclass(frozen=True)
+class Target:
+    """What an enqueue needs of a job's stored definition, read in one small query."""
+
+    pk: int
+    callable_name: str
+    priority: int
+    now: datetime
+
+
+def _target(name: str, using: str) -> Target:
+    """Return the columns of the job's definition an enqueue uses, and cluster time, in one
+    query (the whole row is not read: it is most of the cost of a call)."""
+    rows = JobDefinition.objects.using(using).filter(name=name)
+    row = rows.values_list("pk", "callable_name", "priority", Now()).first()
     if row is None:
-        return definition_for(name, using), cluster_now(using)
-    return row, row.db_now
+        definition = definition_for(name, using)
+        row = (definition.pk, definition.callable_name, definition.priority, cluster_now(using))
+    return Target(*row)
 
 
 def enqueue(
@@ -112,7 +129,8 @@ def get_or_enqueue(
 ) -> tuple[JobRun, bool]:
     """Do what :func:`enqueue` does; return the run and whether this call created it."""
     using = using or app_settings.DATABASE
-    definition, now = _definition_and_now(name, using)
+    definition = _target(name, using)
+    now = definition.now
     handler = registered(definition.callable_name)
     payload = check_run_inputs(
         name, payload=payload, priority=priority, key=key, at=at, handler=handler
@@ -133,18 +151,18 @@ def get_or_enqueue(
     }
     notify = get_vendor(using).notify_pending
     if not key:  # a fresh random key cannot exist yet: one INSERT, no look-up, no savepoint
-        run = JobRun.objects.using(using).create(job=definition, key=run_key, **fields)
+        run = JobRun.objects.using(using).create(job_id=definition.pk, key=run_key, **fields)
         transaction.on_commit(notify, using=using)
         return run, True
     try:
         with transaction.atomic(using=using):
             run, created = JobRun.objects.using(using).get_or_create(
-                job=definition, key=run_key, defaults=fields
+                job_id=definition.pk, key=run_key, defaults=fields
             )
             if created:
                 transaction.on_commit(notify, using=using)
     except IntegrityError:  # a concurrent caller with the same key won the insert
-        run, created = JobRun.objects.using(using).get(job=definition, key=run_key), False
+        run, created = JobRun.objects.using(using).get(job_id=definition.pk, key=run_key), False
     if not created and run.payload != payload:
         logger.warning(
             "%s: a run with idempotency key %r exists (run %s); it is returned and its payload "

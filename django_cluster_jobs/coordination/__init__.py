@@ -13,6 +13,7 @@ from ..exceptions import ImproperlyConfigured
 from .base import Features, Vendor, is_lock_timeout
 from .types import (
     Claim,
+    Ending,
     GateResult,
     GateState,
     Heartbeat,
@@ -25,6 +26,7 @@ from .types import (
 
 __all__ = [
     "Claim",
+    "Ending",
     "Features",
     "GateResult",
     "GateState",

@@ -20,7 +20,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import QuerySet
 
 from ..models import Lease
-from .types import Claim, Heartbeat, LeaderRenewal, NodeStats, Won
+from .types import Claim, Ending, Heartbeat, LeaderRenewal, NodeStats, Won
 
 
 @dataclass(frozen=True)
@@ -94,6 +94,11 @@ class Vendor(ABC):
     @abstractmethod
     def db_now(self) -> datetime:
         """Return the database's current time (aware): cluster time."""
+
+    def finish(self, won: Won, node: str, state: str, now: datetime, ending: Ending) -> bool | None:
+        """Write a run's end and its timeline entry in one statement where the database can;
+        return whether it was written under the fence, or None to use the portable path."""
+        return None
 
     def notify_pending(self) -> None:  # noqa: B027 - most databases cannot notify: nothing to do
         """Wake idle nodes because a run became pending (where the database notifies)."""

@@ -1,7 +1,9 @@
 """Taking pending runs: priority order with aging, natively in SQL or ranked in Python.
 
 A due pending run ranks ``priority + seconds overdue / PRIORITY_AGING``: highest first, then the
-earliest due, then the oldest. Waiting PRIORITY_AGING seconds is worth one priority point, so a
+earliest due, then the oldest. The native paths order by the rank stored with each pending run
+(:mod:`django_cluster_jobs.ranks`), which an index serves; the portable path ranks in Python.
+Waiting PRIORITY_AGING seconds is worth one priority point, so a
 low-priority run is eventually taken before fresh high-priority ones and cannot starve. A stored
 priority outside ``PRIORITY_MIN``…``PRIORITY_MAX`` (written before it was validated) ranks as the
 nearest bound, so no stored value can make the ranking overflow or fail for the other runs.
@@ -9,6 +11,7 @@ nearest bound, so no stored value can make the ranking overflow or fail for the 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any
@@ -16,27 +19,19 @@ from typing import Any
 from django.db.models import QuerySet
 
 from ..bounds import PRIORITY_MAX, PRIORITY_MIN
-from ..conf import app_settings
 from ..models import Cause, EventKind, JobRun
+from ..ranks import aging_step, bounded
 from . import sql
 from .base import dt_param
 from .types import Won
 
+__all__ = [
+    "BOUNDS", "aging_step", "bounded", "pick", "rank_key", "take_native", "take_returning",
+    "taken_kind",
+]  # fmt: skip
+
 #: The bounds a priority ranks within, as the SQL orders spell them.
 BOUNDS = {"low": PRIORITY_MIN, "high": PRIORITY_MAX}
-
-
-def aging_step() -> timedelta | None:
-    """Return the wait worth one priority point, or None when aging is off."""
-    seconds = app_settings.PRIORITY_AGING
-    if not seconds or seconds <= 0:
-        return None
-    return timedelta(seconds=seconds)
-
-
-def bounded(priority: int) -> int:
-    """The priority a run ranks with: its own, within PRIORITY_MIN…PRIORITY_MAX."""
-    return max(PRIORITY_MIN, min(PRIORITY_MAX, priority))
 
 
 def rank_key(
@@ -87,6 +82,34 @@ def take_native(
     rows = {r.pk: r for r in JobRun.objects.using(vendor.alias).filter(pk__in=ids)}
     ranked = [(r.pk, r.due_at, r.priority) for r in rows.values()]
     return [won_of(rows[pk]) for pk, _, _ in sorted(ranked, key=rank_key(aging_step(), now))]
+
+
+def take_returning(
+    cursor: Any,
+    vendor: Any,
+    node: str,
+    job_ids: Collection[int],
+    limit: int,
+    now: datetime,
+    lease_until: datetime,
+) -> list[Won]:
+    """Run PG_TAKE_PENDING on ``cursor``: the take, its events and the taken rows in one
+    statement; return the runs taken in rank order."""
+    if not job_ids or limit < 1:
+        return []
+    order, order_params = vendor.pending_order(now)
+    marks = ", ".join(["%s"] * len(job_ids))
+    query = sql.PG_TAKE_PENDING.format(job_ids=marks, order=order, lock="FOR UPDATE SKIP LOCKED")
+    params = [node, lease_until, now, now, *job_ids, *order_params, limit, now]
+    cursor.execute(query, params)
+    rows = cursor.fetchall()
+    rows.sort(key=lambda r: rank_key(aging_step(), now)((r[0], r[7], r[8])))
+    return [Won(r[0], r[1], r[2], r[3], r[4], r[5], _json(r[6])) for r in rows]
+
+
+def _json(value: Any) -> Any:
+    """A JSON column as a raw query returns it: text on some drivers, parsed on others."""
+    return json.loads(value) if isinstance(value, str | bytes) else value
 
 
 def pick(

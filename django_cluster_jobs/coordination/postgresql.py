@@ -4,18 +4,19 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from datetime import datetime, timedelta
-from decimal import Decimal
+from datetime import datetime
 from typing import Any, ClassVar
 
 from django.db import transaction
 
+from ..ranks import ensure_ranked
 from . import sql
 from .base import Features, json_param
 from .orm import ORMVendor
-from .pending import BOUNDS, aging_step, take_native
+from .pending import aging_step, take_returning
 from .types import (
     Claim,
+    Ending,
     Heartbeat,
     LeaderRenewal,
     NodeStats,
@@ -84,16 +85,21 @@ class PostgreSQLVendor(ORMVendor):
     def take_pending(
         self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
     ) -> list[Won]:
+        ensure_ranked(self.alias)
         with transaction.atomic(using=self.alias), self.connection.cursor() as cursor:
-            return take_native(cursor, self, node, job_ids, limit, now, lease_until)
+            return take_returning(cursor, self, node, job_ids, limit, now, lease_until)
 
     def pending_order(self, now: datetime) -> tuple[str, list[Any]]:
-        """TAKE_PENDING's ORDER BY: the aging rank in exact numeric seconds."""
-        aging = aging_step()
-        if aging is None:
-            return sql.PRIORITY_ORDER, []
-        seconds = Decimal(aging // timedelta(microseconds=1)) / 1_000_000
-        return sql.PG_PENDING_ORDER.format(**BOUNDS), [seconds, now]
+        """TAKE_PENDING's ORDER BY: the stored rank, or strict priority without aging."""
+        return (sql.PRIORITY_ORDER if aging_step() is None else sql.RANK_ORDER), []
+
+    def finish(self, won: Won, node: str, state: str, now: datetime, ending: Ending) -> bool:
+        result = None if ending.result is None else json_param(self.connection, ending.result)
+        params = [state, now, result, ending.error, ending.traceback, won.run_id, won.fence]
+        params += [won.run_id, now, state, node, won.fence, ending.reason, ending.fenced_reason]
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql.PG_FINISH, params)
+            return bool(cursor.fetchone()[0])
 
     def notify_pending(self) -> None:
         with self.connection.cursor() as cursor:

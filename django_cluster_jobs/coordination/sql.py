@@ -170,22 +170,14 @@ WHERE id IN (
 RETURNING id
 """
 
-# The rank of a due pending run with aging: priority + seconds overdue / PRIORITY_AGING, highest
-# first, then the earliest due, then the oldest. Both dialects compute it multiplied by the aging
-# (priority * aging + age), which ranks the same and stays exact: numeric seconds on PostgreSQL,
-# whole milliseconds on SQLite (julianday() parses Django's 'YYYY-MM-DD HH:MM:SS[.ffffff]' text
-# and keeps milliseconds; ROUND makes the age an exact integer, so equal ranks tie exactly).
-# A priority outside {low}…{high} (stored before it was validated) ranks as the nearest bound.
-# Parameters: the aging (seconds as numeric; milliseconds on SQLite), then now.
-PG_PENDING_ORDER = (
-    "LEAST(GREATEST(priority, {low}), {high}) * %s::numeric"
-    " + EXTRACT(EPOCH FROM (%s - due_at)) DESC, due_at, id"
-)
-SQLITE_PENDING_ORDER = (
-    "MAX(MIN(priority, {high}), {low}) * %s"
-    " + ROUND((julianday(%s) - julianday(due_at)) * 86400000) DESC, due_at, id"
-)
-# Without aging (PRIORITY_AGING None or 0): strict priority order. No parameters.
+# The order of due pending runs with aging: the rank stored with each (ranks.rank_of: due_at -
+# priority * PRIORITY_AGING in microseconds, lowest first, the same order as priority + seconds
+# overdue / PRIORITY_AGING highest first), then the earliest due, then the oldest. The partial
+# index cluster_jobs_run_rank serves it, so a take reads only the rows it takes (and the not yet
+# due ones ranked before them), whatever the backlog. No parameters.
+RANK_ORDER = "pending_rank, due_at, id"
+# Without aging (PRIORITY_AGING None or 0): strict priority order, served by the partial index
+# cluster_jobs_run_strict. No parameters.
 PRIORITY_ORDER = "priority DESC, due_at, id"
 
 # The timeline entry of each run just taken: a takeover when its previous owner went away (its
@@ -195,4 +187,34 @@ INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
 SELECT id, %s, CASE WHEN cause IN ('lease_expired', 'handed_back', 'node_lost')
                     THEN 'taken_over' ELSE 'started' END, node, fence, reason
 FROM {RUN} WHERE id IN ({{ids}})
+"""
+
+# PostgreSQL: the take, its timeline entries and the taken runs in one round trip (TAKE_PENDING,
+# TAKEN_EVENTS and the read of the rows, as one statement). Parameters: TAKE_PENDING's, then the
+# events' time.
+PG_TAKE_PENDING = f"""
+WITH t AS ({TAKE_PENDING.replace("RETURNING id", "RETURNING *").strip()}),
+ev AS (INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
+       SELECT id, %s, CASE WHEN cause IN ('lease_expired', 'handed_back', 'node_lost')
+                           THEN 'taken_over' ELSE 'started' END, node, fence, reason
+       FROM t)
+SELECT id, job_id, key, fence, attempt, scheduled_at, payload, due_at, priority FROM t
+"""
+
+# PostgreSQL: a run's end and its timeline entry in one statement, committed on its own. The
+# UPDATE matches only while the run is running under the writer's fence; when it matches nothing
+# the entry says so (fenced_out, with the rejection's reason). Parameters: state, finished_at,
+# result, error, traceback, id, fence, then the entry's run id, at, kind, node, fence, reason,
+# and the reason when fenced out. Returns whether the end was written.
+PG_FINISH = f"""
+WITH u AS (
+    UPDATE {RUN} SET state = %s, finished_at = %s, result = %s, error = %s, traceback = %s,
+                     lease_expires_at = NULL
+    WHERE id = %s AND fence = %s AND state = 'running'
+    RETURNING id
+)
+INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason)
+SELECT %s, %s, CASE WHEN EXISTS (SELECT 1 FROM u) THEN %s ELSE 'fenced_out' END, %s, %s,
+       CASE WHEN EXISTS (SELECT 1 FROM u) THEN %s ELSE %s END
+RETURNING kind <> 'fenced_out'
 """

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, ClassVar
 
+from ..ranks import ensure_ranked
 from . import sql
 from .base import Features, dt_param, json_param
 from .orm import ORMVendor
-from .pending import BOUNDS, aging_step, take_native
+from .pending import aging_step, take_native
 from .types import (
     Claim,
     Heartbeat,
@@ -126,13 +127,10 @@ class SQLiteVendor(ORMVendor):
     def take_pending(
         self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime
     ) -> list[Won]:
+        ensure_ranked(self.alias)
         with immediate(self.connection) as cursor:
             return take_native(cursor, self, node, job_ids, limit, now, lease_until)
 
     def pending_order(self, now: datetime) -> tuple[str, list[Any]]:
-        """TAKE_PENDING's ORDER BY: the aging rank in whole milliseconds (julianday)."""
-        aging = aging_step()
-        if aging is None:
-            return sql.PRIORITY_ORDER, []
-        params = [aging // timedelta(milliseconds=1), dt_param(self.connection, now)]
-        return sql.SQLITE_PENDING_ORDER.format(**BOUNDS), params
+        """TAKE_PENDING's ORDER BY: the stored rank, or strict priority without aging."""
+        return (sql.PRIORITY_ORDER if aging_step() is None else sql.RANK_ORDER), []

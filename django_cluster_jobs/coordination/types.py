@@ -226,3 +226,15 @@ class GateState:
         if self.live_key is not None and self.live_key != claim.key:
             return Refusal.OVERLAP
         return None
+
+
+@dataclass(frozen=True)
+class Ending:
+    """What a run's end writes: its result, error and traceback, and the timeline's reasons."""
+
+    result: Any
+    error: str
+    traceback: str
+    #: The timeline entry's reason when the end is written, and when it is fenced out.
+    reason: str
+    fenced_reason: str

@@ -68,6 +68,8 @@ class Taker:
                 taken += ledger.vendor.take_pending(
                     self.host.node_id, fast, free - len(taken), now, lease_until(now)
                 )
+            if len(taken) >= free:  # every thread is busy: look again when one frees up
+                return taken, now
             return taken, ledger.next_pending_due(list(jobs))
         except Exception as exc:  # a database error, or a stored run the take cannot rank
             release_broken_connections()

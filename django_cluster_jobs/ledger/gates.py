@@ -26,6 +26,7 @@ from ..models import (
     RunState,
 )
 from ..policies.overlap import Gate
+from ..ranks import rank_expression
 from .runs import Runs
 
 BUFFERED = "buffered behind a live run"
@@ -207,7 +208,7 @@ class Gates:
         if live.exists():
             return False
         released = runs.filter(state=RunState.PENDING, due_at=PARKED)
-        if released.update(due_at=now):
+        if released.update(due_at=now, pending_rank=rank_expression(now)):
             transaction.on_commit(self.vendor.notify_pending, using=self.alias)
             return True
         return False

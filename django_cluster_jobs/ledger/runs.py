@@ -13,8 +13,9 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, QuerySet
 
-from ..coordination import Vendor, Won
+from ..coordination import Ending, Vendor, Won
 from ..models import PARKED, Cause, Delivery, EventKind, JobRun, RunEvent, RunState
+from ..ranks import rank_expression
 from .signals import after_commit
 
 #: The timeline entry of a run released by its cause.
@@ -48,6 +49,12 @@ class Runs:
         traceback: str = "",
     ) -> bool:
         """Record a run's end if this node still holds its fence; False means fenced out."""
+        reason = f"{error}\n\n{traceback}".strip()
+        fenced = f"completion as {state} rejected: fence {won.fence} is stale"
+        ending = Ending(result, error, traceback, reason, fenced)
+        written = self.vendor.finish(won, node, state, now, ending)
+        if written is not None:  # one statement where the database can
+            return written
         with transaction.atomic(using=self.alias):
             updated = self.held(won).update(
                 state=state,
@@ -58,10 +65,7 @@ class Runs:
                 lease_expires_at=None,
             )
             kind = state if updated else EventKind.FENCED_OUT
-            reason = f"{error}\n\n{traceback}".strip()
-            if not updated:
-                reason = f"completion as {state} rejected: fence {won.fence} is stale"
-            self.record(won.run_id, kind, node, won.fence, reason, now)
+            self.record(won.run_id, kind, node, won.fence, reason if updated else fenced, now)
         return bool(updated)
 
     def retry(
@@ -79,6 +83,7 @@ class Runs:
             updated = self.held(won).update(
                 state=RunState.PENDING,
                 due_at=due_at,
+                pending_rank=rank_expression(due_at),
                 attempt=F("attempt") + 1,
                 fence=won.fence + 1,
                 node="",
@@ -132,6 +137,7 @@ class Runs:
         back = runs.update(
             state=RunState.PENDING,
             due_at=now,
+            pending_rank=rank_expression(now),
             node="",
             lease_expires_at=None,
             fence=fence + 1,
@@ -166,7 +172,7 @@ class Runs:
         released = (
             JobRun.objects.using(self.alias)
             .filter(job_id=job_id, state=RunState.PENDING, due_at=PARKED)
-            .update(due_at=now)
+            .update(due_at=now, pending_rank=rank_expression(now))
         )
         if released:
             self.vendor.notify_pending()

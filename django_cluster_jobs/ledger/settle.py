@@ -257,7 +257,7 @@ def _row(definition: JobDefinition, at: datetime, now: datetime, reason: str, **
     pending = fields.get("state") == RunState.PENDING
     if not pending:
         fields.update(state=RunState.MISSED, fence=0, finished_at=now)
-    return JobRun(
+    row = JobRun(
         job_id=definition.pk,
         key=occurrence_key(at),
         scheduled_at=at,
@@ -270,6 +270,9 @@ def _row(definition: JobDefinition, at: datetime, now: datetime, reason: str, **
         priority=definition.priority,
         **fields,
     )
+    if pending:
+        row.set_rank()  # stored with the row: bulk_create calls no save()
+    return row
 
 
 def overlapped(row: JobRun) -> JobRun:
