@@ -3,7 +3,7 @@
     DATABASE_URL=postgres://postgres@127.0.0.1:5432/benchdb python bench/takeover.py
 
 Each trial starts 2 ``runscheduler`` processes, a random part of a heartbeat apart, with the
-library defaults (lease 30 s, heartbeat 5 s, leader lease 15 s, dead after 60 s), enqueues the
+library defaults (lease 15 s, heartbeat 5 s, leader lease 15 s, dead after 60 s), enqueues the
 long job ``bench.long``, SIGKILLs the node running it at a random moment 2-7 s after it started
 (so the kill falls anywhere between two heartbeats), and waits for the run's ``taken_over``
 event. The script starts no new trial when fewer than 60 s remain of its --budget.
@@ -95,7 +95,7 @@ def figures(number: int, run, role: str, killed, event) -> dict:
     from django_cluster_jobs.models import RunEvent
 
     expired = (
-        RunEvent.objects.filter(run_id=run.pk, kind="expired", at__gte=killed)
+        RunEvent.objects.filter(run_id=run.pk, kind__in=("expired", "node_lost"), at__gte=killed)
         .values_list("at", flat=True)
         .first()
     )
@@ -119,7 +119,7 @@ def main() -> None:
     common.header(
         "takeover.py",
         "SIGKILL of the node running a job -> another node takes the run over; "
-        "library defaults (lease 30 s, heartbeat 5 s, leader lease 15 s)",
+        "library defaults (lease 15 s, heartbeat 5 s, leader lease 15 s)",
     )
     deadline = time.monotonic() + args.budget
     results = []
@@ -145,9 +145,10 @@ def main() -> None:
     common.table(headers, [[r[k] for k in keys] for r in results])
     common.note(
         "seconds after the SIGKILL: 'lease left' = the run's lease_expires_at at the kill; "
-        "'released' = the leader's lease-expired event; 'taken over' = the new owner's "
+        "'released' = the run's release (node_lost by presence, or lease expired); 'taken over' = "
+        "the new owner's "
         "taken_over event; 'pickup' = released -> taken over (NOTIFY on PostgreSQL, polling "
-        "every POLL_INTERVAL elsewhere); the leader reaps at its heartbeat, every 5 s."
+        "every POLL_INTERVAL elsewhere)."
     )
     common.note(f"load at the end: {common.load()}; other test suites share this machine")
 

@@ -246,6 +246,7 @@ from django_cluster_jobs.checks import (  # noqa: E402
 )
 
 
+@pytest.mark.django_db  # Django 6.1's own model checks read the database's JSON support
 def test_w001_is_retired_and_reported_for_no_retention(settings):
     """Retention no longer bounds correctness (each job's mark does), so nothing warns of it."""
     settings.CLUSTER_JOBS = {**settings.CLUSTER_JOBS, "RETENTION_DAYS": 0.00001}
