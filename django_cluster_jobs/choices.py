@@ -64,7 +64,6 @@ class Outcome(models.TextChoices):
     EXTERNAL = "external", _("external trigger")
     CATCH_UP = "catch_up", _("catch-up")
     MISSED = "missed", _("missed")
-    RETRY = "retry", _("retry")
     REPLAY = "replay", _("replay")
 
 
