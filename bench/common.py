@@ -36,6 +36,18 @@ def setup(jobs: str = "") -> None:
     wipe()
 
 
+def recreate_database(url: str) -> None:
+    """Drop the PostgreSQL database ``url`` names (closing its sessions) and create it empty.
+
+    Only for a database of the bench's own: everything in it is lost."""
+    import psycopg
+
+    base, name = url.rsplit("/", 1)
+    with psycopg.connect(f"{base}/postgres", autocommit=True) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{name}"')
+
+
 def wipe() -> None:
     """Empty the app's tables. PostgreSQL: TRUNCATE, so no dead rows from earlier runs slow this
     one down; elsewhere DELETE in one transaction (the foreign keys are checked at its commit)."""

@@ -37,6 +37,18 @@ if _db["ENGINE"].endswith("sqlite3"):
         "transaction_mode": "IMMEDIATE",
     }
 
+# django.tasks (bench/tasks_drain.py): built into Django 6.0+, from the backport (an app) on 5.2.
+try:
+    import django.tasks  # noqa: F401
+except ImportError:
+    try:
+        import django_tasks  # noqa: F401
+    except ImportError:  # neither installed: bench/tasks_drain.py cannot run, the others can
+        pass
+    else:
+        INSTALLED_APPS.insert(-2, "django_tasks")
+TASKS = {"default": {"BACKEND": "django_cluster_jobs.tasks.ClusterJobsBackend"}}
+
 CLUSTER_JOBS = {"COORDINATION": env.str("BENCH_COORDINATION", default="auto")}
 
 LOGGING = {
