@@ -99,22 +99,19 @@ class Chores:
         return dead
 
     def node_lost(
-        self, node_id: str, process: str | None, by: str, now: datetime, how: str
+        self, node_id: str, process: str, by: str, now: datetime, how: str
     ) -> int | None:
         """Release the running runs of a node whose process ended, at once (not at lease expiry).
 
         ``process`` is the registration seen alive (WorkerNode.process): nothing is done when the
         row has another one since (the node restarted and registered again, so its runs are no
-        longer the dead process's) or is gone; None releases whatever the node id still runs (its
-        own restart, which holds the node's presence lock). The node is marked dead when it was
+        longer the dead process's) or is gone. The node is marked dead when it was
         live, a leader lease it held is freed, and its runs go the way of an expired lease:
         pending again (at least once) or lost (at most once), each fenced. Returns how many runs
         were released, or None when the row had changed.
         """
         with transaction.atomic(using=self.alias):
-            rows = WorkerNode.objects.using(self.alias).filter(node_id=node_id)
-            if process is not None:
-                rows = rows.filter(process=process)
+            rows = WorkerNode.objects.using(self.alias).filter(node_id=node_id, process=process)
             if not list(rows.select_for_update().values_list("pk", flat=True)):
                 return None
             detail = f"{how}; marked dead by {by}"
