@@ -14,6 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 from django.db import IntegrityError, connections, transaction
@@ -102,6 +103,11 @@ class Vendor(ABC):
 
     def notify_pending(self) -> None:  # noqa: B027 - most databases cannot notify: nothing to do
         """Wake idle nodes because a run became pending (where the database notifies)."""
+
+    def wake_path(self) -> Path | None:
+        """The file through which :meth:`notify_pending` wakes idle nodes on this host, where
+        the database cannot notify (:mod:`.wakefile`); None where it can, or nothing can."""
+        return None
 
     def bound_lock_waits(self, seconds: float) -> None:  # noqa: B027 - a no-op where unbounded
         """Make the current transaction's statements give up after waiting ``seconds`` for a

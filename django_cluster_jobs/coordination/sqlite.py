@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ..ranks import ensure_ranked
-from . import sql
+from . import sql, wakefile
 from .base import Features, dt_param, json_param
 from .orm import ORMVendor
 from .pending import aging_step, take_native
@@ -22,6 +24,8 @@ from .types import (
     lease_seen,
     peers_of,
 )
+
+logger = logging.getLogger(__name__)
 
 
 @contextmanager
@@ -123,6 +127,25 @@ class SQLiteVendor(ORMVendor):
             leader=lease_seen(lease),
             next_expiry=instant(expiry),
         )
+
+    def wake_path(self) -> Path | None:
+        return wakefile.path_for(self.connection.settings_dict["NAME"])
+
+    def notify_pending(self) -> None:
+        """Wake the idle nodes through the wake file beside the database (every process that
+        opens an SQLite file runs on its host); a failure is logged, never raised: the run is
+        committed, and the nodes' safety poll finds it."""
+        path = self.wake_path()
+        if path is None:
+            return
+        try:
+            wakefile.signal(path)
+        except OSError as exc:
+            logger.warning(
+                "could not wake the idle nodes through %s (%s); they find the new run at their "
+                "next poll: let every process that uses the database write to its directory",
+                path, exc,
+            )  # fmt: skip
 
     def take_pending(
         self, node: str, job_ids: Collection[int], limit: int, now: datetime, lease_until: datetime

@@ -1,9 +1,10 @@
 """The node: one ``runscheduler`` process's lifecycle and loop, made of parts.
 
 The claimer plans the jobs and claims their occurrences, the taker starts due pending runs, the
-runner executes what was won on the executor's threads; the heartbeat, the leader and (on
-PostgreSQL) the pending listener each run on a thread of their own, supervised by the loop. Each
-part receives the node as the narrow protocol of what it uses (engine.protocols).
+runner executes what was won on the executor's threads; the heartbeat and the leader each run on
+a thread of their own, supervised by the loop, and so does the pending listener (PostgreSQL's
+LISTEN, SQLite's wake file), without which the node polls. Each part receives the node as the
+narrow protocol of what it uses (engine.protocols).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from django.db import DatabaseError
 from django.utils.module_loading import import_string
@@ -39,6 +41,9 @@ from .presence import LocalPresence, SessionPresence, process_alive, process_tok
 from .registration import previous_registration, register, set_status, sync_definitions
 from .runner import Runner
 from .taker import Taker
+
+if TYPE_CHECKING:
+    from .listener import FileListener, PendingListener
 
 logger = logging.getLogger(__name__)
 
@@ -100,12 +105,14 @@ class Node:
         #: What the probes read (observe.probes), stamped by the loop and the lifecycle.
         self.health = NodeHealth(self)
 
-    def _make_listener(self) -> PeriodicThread | None:
-        if not self.ledger.vendor.features.listens:
-            return None
-        from .listener import PendingListener
+    def _make_listener(self) -> PendingListener | FileListener | None:
+        from .listener import FileListener, PendingListener
 
-        return PendingListener(self.ledger.alias, self.node_id, self.taker.wake)
+        vendor = self.ledger.vendor
+        if vendor.features.listens:
+            return PendingListener(self.ledger.alias, self.node_id, self.taker.wake)
+        path = vendor.wake_path()
+        return None if path is None else FileListener(path, self.node_id, self.taker.wake)
 
     def _make_presence(self) -> SessionPresence | LocalPresence | None:
         features = self.ledger.vendor.features
@@ -135,7 +142,19 @@ class Node:
 
     @property
     def listening(self) -> bool:
-        return getattr(self.listener, "healthy", False)
+        """True while the listener hears of new runs: a dead or stopped one does not, and the
+        node polls again."""
+        listener = self.listener
+        return listener is not None and listener.healthy and listener.is_alive()
+
+    def look_every(self) -> float | None:
+        """Seconds between two looks for pending runs nothing announced: the poll interval
+        while nothing announces them, a safety poll where an announcement can fail (the wake
+        file), None where none can (a healthy LISTEN)."""
+        if self.listener is None or not self.listening:
+            return app_settings.POLL_INTERVAL
+        polls = self.listener.safety_polls
+        return None if polls is None else polls * app_settings.POLL_INTERVAL
 
     @property
     def planned(self) -> dict[str, Planned]:

@@ -27,9 +27,15 @@ class Taker:
         self.due: datetime | None = None
         #: True while due runs wait for a free thread (or a job's or queue's limit).
         self.blocked = False
+        #: True when the next look is a poll (nothing announced a run): it reads before it takes.
+        self.polling = False
+        #: How many wake-ups came, so one that comes during a pass is not lost with its plan.
+        self._woken = 0
 
     def wake(self) -> None:
         """Look for pending runs now (from any thread)."""
+        self._woken += 1
+        self.polling = False
         self.due = self.host.clock.now()
         self.host.wake.set()
 
@@ -42,12 +48,15 @@ class Taker:
         """Take what is due, if it is time to look; then plan the next look."""
         if self.due is None or self.due > now:
             return
+        woken = self._woken
         jobs = {p.definition.pk: p for p in planned.values()}
         free = 0 if self.host.stopping else self.host.free_threads()
         taken, next_due = self._take(jobs, free, now)
         for won in taken:
             self.host.start_run(won, jobs[won.job_id], won.scheduled_at or now, won.payload or {})
         self._plan(now, next_due)
+        if self._woken != woken and not self.blocked:  # announced during the pass, perhaps
+            self.wake()  # after its last read; a blocked taker looks when a thread frees up
 
     def _take(
         self, jobs: dict[int, Planned], free: int, now: datetime
@@ -57,7 +66,7 @@ class Taker:
         # there is most likely something to take, so it takes first.
         ledger = self.host.ledger
         try:
-            next_due = now if self.host.listening and free > 0 else None
+            next_due = now if self.host.listening and free > 0 and not self.polling else None
             if next_due is None:
                 next_due = ledger.next_pending_due(list(jobs))
             if free < 1 or next_due is None or next_due > now:
@@ -94,16 +103,20 @@ class Taker:
         return taken
 
     def _plan(self, now: datetime, next_due: datetime | None) -> None:
-        """Look again when the next pending run is due; poll where nothing will notify us.
+        """Look again when the next pending run is due; poll where nothing will notify us (and,
+        seldom, where a notification can fail to come).
 
         A run still due after a pass could not be taken (no free thread, or its job or queue is
         at its limit): look again a poll interval later, or as soon as a thread here frees up,
         never in a busy loop.
         """
-        poll = now + timedelta(seconds=app_settings.POLL_INTERVAL)
         self.blocked = next_due is not None and next_due <= now
         if self.blocked:
-            next_due = poll
-        if not self.host.listening:
-            next_due = min(next_due, poll) if next_due else poll
+            next_due = now + timedelta(seconds=app_settings.POLL_INTERVAL)
+        every = self.host.look_every()
+        self.polling = False
+        if every is not None:
+            poll = now + timedelta(seconds=every)
+            if next_due is None or poll < next_due:
+                next_due, self.polling = poll, True
         self.due = next_due

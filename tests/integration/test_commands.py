@@ -33,13 +33,14 @@ def runjob(*args: str) -> str:
     return out.getvalue()
 
 
-def manage(*args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+def manage(*args: str, timeout: float = 60, **extra: str) -> subprocess.CompletedProcess:
     """Run ``python -m django ARGS`` on the test database, as a pod or a CronJob would."""
     env = {
         **os.environ,
         "DATABASE_URL": database_url(),
         "DJANGO_SETTINGS_MODULE": "tests.settings",
         "PYTHONPATH": str(ROOT),
+        **extra,
     }
     cmd = [sys.executable, "-m", "django", *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
@@ -383,9 +384,12 @@ def test_schedulerstatus_check_fails_without_a_recent_heartbeat(cluster):
 def test_schedulerstatus_check_exit_codes_from_the_command_line(cluster):
     from django_cluster_jobs.models import WorkerNode
 
-    assert manage("schedulerstatus", "--check", "--json").returncode == 0
+    # The fixture's heartbeats do not move: a command that takes longer than the suite's 4 s
+    # DEAD_AFTER to start (a loaded host) must still find them recent; 5 minutes is not.
+    slow_start = {"CLUSTER_JOBS_DEAD_AFTER": "60"}
+    assert manage("schedulerstatus", "--check", "--json", **slow_start).returncode == 0
     WorkerNode.objects.update(last_heartbeat=timezone.now() - timedelta(minutes=5))
-    done = manage("schedulerstatus", "--check")
+    done = manage("schedulerstatus", "--check", **slow_start)
     assert done.returncode == 1 and "no active node heartbeated" in done.stderr
     assert "node-a" in done.stdout
 

@@ -19,6 +19,7 @@ from django.utils import timezone
 
 from django_cluster_jobs import InvalidPayload, registry, services
 from django_cluster_jobs.conf import app_settings
+from django_cluster_jobs.coordination import get_vendor
 from django_cluster_jobs.models import JobRun, RunState
 from tests.conftest import ROOT, database_url, wait_until
 from tests.factories import JobDefinitionFactory, JobRunFactory, WorkerNodeFactory
@@ -312,15 +313,32 @@ def start_latencies(scheduler, rounds: int) -> list[float]:
     return latencies
 
 
-@pytest.mark.postgresql
-def test_notify_wakes_an_idle_node_within_100_ms(start_scheduler):
-    if app_settings.COORDINATION == "orm":
-        pytest.skip("the portable ORM path polls instead of listening")
+def test_an_idle_node_is_woken_within_100_ms(start_scheduler):
+    """PostgreSQL's NOTIFY, or on SQLite the wake file, brings the run to an idle node long
+    before its poll (every POLL_INTERVAL, 1 s) would."""
+    if get_vendor().features.listens is False and get_vendor().wake_path() is None:
+        pytest.skip("the portable ORM path polls: nothing announces a run")
     scheduler = start_scheduler("listener", "--duration", "40")
     wait_idle(scheduler)
     latencies = start_latencies(scheduler, rounds=7)
-    print("NOTIFY enqueue-to-start latencies (ms):", [round(s * 1000, 1) for s in latencies])
+    print("wake-up enqueue-to-start latencies (ms):", [round(s * 1000, 1) for s in latencies])
     assert statistics.median(latencies) < 0.1, latencies
+
+
+def test_a_failed_wake_signal_is_logged_and_the_enqueue_stands(caplog, monkeypatch):
+    from django_cluster_jobs.coordination import wakefile
+
+    if get_vendor().wake_path() is None:
+        pytest.skip("this database announces runs without a wake file, or not at all")
+
+    def refuse(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(wakefile, "signal", refuse)
+    with caplog.at_level(logging.WARNING, logger="django_cluster_jobs.coordination.sqlite"):
+        run = services.enqueue("tests.manual", {"value": 1})
+    assert JobRun.objects.filter(pk=run.pk, state=RunState.PENDING).exists()
+    assert "could not wake the idle nodes" in caplog.text and "Permission denied" in caplog.text
 
 
 def test_an_idle_node_starts_an_enqueued_run_within_the_poll_interval(start_scheduler):

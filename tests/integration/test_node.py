@@ -425,13 +425,16 @@ def test_a_deposed_leaders_chores_write_nothing(node):
 
     leader = node.leader
     wait_until(lambda: leader.held is not None, timeout=10)
+    # Nothing else beats or does chores meanwhile: only this test's call may act on the rows.
+    for thread in (node.heartbeat, node.leader_thread, node.presence):
+        if thread is not None:
+            thread.stop()
     now = node.clock.now()
     expired = RunningRunFactory(node="gone", lease_expires_at=now - timedelta(minutes=1))
     WorkerNodeFactory(node_id="silent", last_heartbeat=now - timedelta(hours=1))
     old = JobRunFactory(finished_at=now - timedelta(days=60), scheduled_at=now - timedelta(days=60))
     missed = JobDefinitionFactory(cron="* * * * * *", overlap="allow",
                                   settled_through=now - timedelta(minutes=1))  # fmt: skip
-    node.heartbeat.stop()  # nothing else beats meanwhile
     Lease.objects.filter(name="leader").update(
         holder="usurper", token="other", fence=F("fence") + 1,
         expires_at=datetime(2099, 1, 1, tzinfo=UTC),
