@@ -160,4 +160,7 @@ def _latest_delay_runs(alias: str) -> Subquery:
         .values("pk")[:1]
     )
     delays = JobDefinition.objects.using(alias).filter(schedule_kind=ScheduleKind.DELAY)
-    return Subquery(delays.annotate(latest=Subquery(latest)).values("latest"))
+    # A fixed-delay job with no run yet has no latest: leave its NULL out, or NOT IN (…, NULL)
+    # would be true of no row and purge nothing at all.
+    latest_of = delays.annotate(latest=Subquery(latest)).filter(latest__isnull=False)
+    return Subquery(latest_of.values("latest"))
