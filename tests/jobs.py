@@ -340,3 +340,8 @@ def chatty_process(ctx: RunContext, lines: int = 0, hang: bool = False) -> str:
         time.sleep(60)
     return "chatted"
 
+
+@job(name="tests.sleepy")
+def sleepy(ctx: RunContext, seconds: float = 1.0) -> None:
+    """Sleeps, deaf to cancellation, then returns (its end may come after it lost the run)."""
+    time.sleep(seconds)

@@ -346,6 +346,7 @@ class Runner:
                 f"\n{outcome.traceback}" if outcome.traceback else "", extra=extra,
             )  # fmt: skip
         elif recorded is False:
+            self._signal(signals.run_fenced_out, active, state=outcome.state)
             logger.warning(
                 "fenced out: %s @ %s ended %s but fence %s is stale; the newer "
                 "owner's result stands",

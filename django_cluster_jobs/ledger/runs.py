@@ -25,6 +25,9 @@ RELEASED_KIND: dict[str, str] = {
     Cause.NODE_LOST: EventKind.NODE_LOST,
 }
 
+#: Releases that take a run from an owner that went away (not one a stopping node handed back).
+TAKEOVERS = (Cause.LEASE_EXPIRED, Cause.NODE_LOST)
+
 
 class Runs:
     """What the node that holds a run writes about it."""
@@ -147,6 +150,8 @@ class Runs:
             cause=cause,
         )
         if back:
+            if cause in TAKEOVERS:
+                after_commit(self.alias, "run_taken_over", pk, node, cause=cause, reason=reason)
             kind = RELEASED_KIND.get(cause, EventKind.LEASE_EXPIRED)
             again = f"{reason}; pending again as the next attempt"
             self.record(pk, kind, node, fence + 1, again, now)
