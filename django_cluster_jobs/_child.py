@@ -16,12 +16,14 @@ def main(job: str, fields: dict[str, Any], payload: dict, out: Any) -> None:
 
     from .context import RunContext
     from .engine.handlers import call, safe_text, storable
+    from .engine.runlog import PipeSink, RunLogger
     from .registry import registry
 
     declared = registry.get(fields["callable_name"])
-    logger = logging.LoggerAdapter(
+    logger = RunLogger(
         logging.getLogger(f"django_cluster_jobs.jobs.{job}"),
         {"job": job, "run_id": fields["run_id"]},
+        PipeSink(out),
     )
     ctx = RunContext(
         **{k: v for k, v in fields.items() if k != "callable_name"}, payload=payload, logger=logger

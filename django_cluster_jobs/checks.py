@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import Callable
 from datetime import datetime
@@ -47,6 +48,12 @@ def _port(value: object) -> bool:
                              and 0 <= value <= 65535)  # fmt: skip
 
 
+def _level(value: object) -> bool:
+    if value is None or (isinstance(value, int) and not isinstance(value, bool)):
+        return value is None or value >= 0
+    return isinstance(value, str) and value.upper() in logging.getLevelNamesMapping()
+
+
 def _tags(value: object) -> bool:
     return isinstance(value, list | tuple | set | frozenset) and all(
         isinstance(tag, str) for tag in value
@@ -83,6 +90,9 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "CLOCK": (_importable, "None or the dotted path of an importable clock class"),
     "EPOCH": (lambda v: isinstance(v, datetime) and v.utcoffset() is not None, "an aware datetime"),
     "MAX_PAYLOAD_BYTES": (_count, "a whole number of bytes, 1 or more"),
+    "RUN_LOG_LEVEL": (_level, "None, a logging level's name (\"INFO\") or a number, 0 or more"),
+    "RUN_LOG_MAX_LINES": (_count, "a whole number of lines, 1 or more"),
+    "RUN_LOG_MAX_BYTES": (_count, "a whole number of bytes, 1 or more"),
     "PROBE_PORT": (_port, "None or a TCP port number, 0 to 65535 (0: any free port)"),
 }
 

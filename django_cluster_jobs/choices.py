@@ -49,6 +49,14 @@ class Executor(models.TextChoices):
     PROCESS = "process", _("a child process (hard timeout)")
 
 
+class PauseCause(models.TextChoices):
+    """Who paused a job: a code the doors read back, never parsed from the pause's reason."""
+
+    NONE = "", _("not paused")
+    OPERATOR = "operator", _("an operator")
+    BREAKER = "breaker", _("its circuit breaker")
+
+
 class BackoffKind(models.TextChoices):
     FIXED = "fixed", _("fixed")
     EXPONENTIAL = "exponential", _("exponential")

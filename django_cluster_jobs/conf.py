@@ -59,6 +59,13 @@ class Defaults:
     EPOCH: datetime = datetime(1970, 1, 1, tzinfo=UTC)
     #: Largest payload, in bytes of JSON, of a job definition or a run (each run stores a copy).
     MAX_PAYLOAD_BYTES: int = 64 * 1024
+    #: The lowest level of what a handler logs through ``ctx.logger`` that is stored with its run
+    #: (a level name or number); None stores nothing.
+    RUN_LOG_LEVEL: str | int | None = "INFO"
+    #: Most log lines stored per attempt of a run; past it one marker line says what was dropped.
+    RUN_LOG_MAX_LINES: int = 1000
+    #: Most bytes (UTF-8) of log lines stored per attempt of a run.
+    RUN_LOG_MAX_BYTES: int = 256 * 1024
     #: TCP port of the node's probe server (/livez, /readyz, /startupz, /metrics); None serves
     #: none. ``runscheduler --probe-port`` overrides it.
     PROBE_PORT: int | None = None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime
 
 from django.db import models
@@ -10,11 +11,24 @@ from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
 from . import schedules
-from .choices import Delivery, Misfire, Outcome, Overlap, Placement, ScheduleKind, Source
+from .choices import (
+    Delivery,
+    Misfire,
+    Outcome,
+    Overlap,
+    PauseCause,
+    Placement,
+    ScheduleKind,
+    Source,
+)
 from .exceptions import ClusterJobsError
 
 
 class JobDefinitionQuerySet(models.QuerySet):
+    def breaker_open(self, now: datetime) -> JobDefinitionQuerySet:
+        """Jobs their circuit breaker holds paused at ``now``."""
+        return self.filter(pause_cause=PauseCause.BREAKER, paused_until__gt=now)
+
     def with_last_runs(self, now: datetime) -> JobDefinitionQuerySet:
         """Annotate the ids of each job's last run by ``now``, last success and last failure."""
         runs = JobRun.objects.filter(job_id=OuterRef("pk"))
@@ -69,6 +83,14 @@ class JobDefinition(models.Model):
     enabled = models.BooleanField(default=True)
     paused_until = models.DateTimeField(null=True, blank=True)
     pause_reason = models.CharField(max_length=200, blank=True)
+    pause_cause = models.CharField(
+        max_length=10,
+        choices=PauseCause.choices,
+        blank=True,
+        default=PauseCause.NONE,
+        editable=False,
+        help_text=_("Who paused the job (the reason says it in words)."),
+    )
     settled_through = models.DateTimeField(
         editable=False,
         help_text=_(
@@ -354,6 +376,7 @@ class EventKind(models.TextChoices):
     REPLAYED = "replayed", _("replayed")
     SKIPPED = "skipped", _("skipped")
     MISSED = "missed", _("missed")
+    LOG_LOST = "log_lost", _("log not stored")
 
 
 class RunEvent(models.Model):
@@ -372,6 +395,33 @@ class RunEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.kind} @ {self.at:%Y-%m-%d %H:%M:%S}"
+
+
+class RunLog(models.Model):
+    """One line a handler logged through ``ctx.logger``, stored with its run (see
+    engine.runlog): stamped with the attempt, the node and the trace that logged it."""
+
+    run = models.ForeignKey(JobRun, on_delete=models.CASCADE, related_name="logs")
+    at = models.DateTimeField()
+    level = models.PositiveSmallIntegerField(help_text=_("The logging level's number."))
+    attempt = models.PositiveIntegerField()
+    node = models.CharField(max_length=200, blank=True)
+    trace_id = models.CharField(
+        max_length=32, blank=True, help_text=_("The run's OpenTelemetry trace id, if traced.")
+    )
+    message = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["id"]
+        verbose_name = _("run log line")
+
+    def __str__(self) -> str:
+        return f"{self.level_name} @ {self.at:%Y-%m-%d %H:%M:%S}"
+
+    @property
+    def level_name(self) -> str:
+        """The level as logging names it (INFO, WARNING, …)."""
+        return logging.getLevelName(self.level)
 
 
 class NodeStatus(models.TextChoices):

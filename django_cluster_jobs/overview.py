@@ -45,8 +45,6 @@ STRIP: dict[str, str] = {
 WORST_FIRST = ("failed", "missed", "skipped", "live", "ran")
 #: The cluster events that say how a job changed (their detail starts with the job's name).
 JOB_EVENTS = (ClusterEventKind.JOB_CHANGED, ClusterEventKind.BREAKER_OPENED)
-#: The prefix of the pause reason the circuit breaker writes (ledger.breaker).
-BREAKER_PAUSE = "circuit breaker"
 
 
 @dataclass
@@ -100,11 +98,14 @@ def cluster_overview(alias: str, now: datetime | None = None) -> dict[str, Any]:
     report = build_status(using=alias, now=now)
     now = datetime.fromisoformat(report["generated_at"])
     by_job, letters = strips(alias, now), dead_letters(alias)
+    tripped = set(
+        JobDefinition.objects.using(alias).breaker_open(now).values_list("name", flat=True)
+    )
     empty = [Cell(start) for start in hours(now)]
     for job in report["jobs"]:
         last = job["last_run"]
         job["failing"] = last is not None and last["state"] in FAILURE_STATES
-        job["breaker_open"] = job["paused"] and job["pause_reason"].startswith(BREAKER_PAUSE)
+        job["breaker_open"] = job["name"] in tripped
         job["strip"] = by_job.get(job["name"], empty)
         job["dead_letters"] = letters.get(job["name"], 0)
     report["jobs"].sort(key=lambda j: (not (j["failing"] or j["breaker_open"]), j["name"]))

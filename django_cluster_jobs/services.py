@@ -25,6 +25,7 @@ from .models import (
     JobRun,
     NodeStatus,
     Outcome,
+    PauseCause,
     RunEvent,
     RunState,
     WorkerNode,
@@ -261,12 +262,13 @@ def pause(
     reason = pause_reason(reason, by)
     span = f"until {until.isoformat()}" if until else "until resumed"
     return _change(name, using, f"paused {span}", by, paused_until=until or FOREVER,
-                   pause_reason=reason)  # fmt: skip
+                   pause_reason=reason, pause_cause=PauseCause.OPERATOR)  # fmt: skip
 
 
 def resume(name: str, using: str | None = None, *, by: str = "") -> bool:
     """Resume a paused job (also a breaker-opened one) at once; nothing from the pause runs."""
-    return _change(name, using, "resumed", by, paused_until=None, pause_reason="")
+    return _change(name, using, "resumed", by, paused_until=None, pause_reason="",
+                   pause_cause=PauseCause.NONE)  # fmt: skip
 
 
 def _change(name: str, using: str | None, act: str, by: str, **fields: Any) -> bool:

@@ -11,6 +11,10 @@ job name and these keyword arguments: ``run_id``, ``job``, ``key``, ``node``, ``
 - ``run_skipped``: ``reason``.
 - ``run_lost``: ``reason``.
 - ``run_missed``: ``reason``; sent by the leader for each occurrence it records missed.
+- ``run_taken_over``: ``cause`` (``lease_expired`` or ``node_lost``), ``reason``; sent by the
+  node that took the run from an owner that went away (``node``), once the release committed;
+  ``attempt`` is the next attempt's.
+- ``run_fenced_out``: ``state``, the end this node's write-back tried to record.
 
 Receivers run in the scheduler's threads; an exception in one is logged, never raised.
 """
@@ -29,6 +33,8 @@ run_dead_lettered = Signal()
 run_skipped = Signal()
 run_lost = Signal()
 run_missed = Signal()
+run_taken_over = Signal()
+run_fenced_out = Signal()
 
 
 def send(signal: Signal, job: str, **kwargs: object) -> None:

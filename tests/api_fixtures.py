@@ -5,6 +5,7 @@ Registered as a plugin in ``conftest.py``, so every API test module sees these f
 
 from __future__ import annotations
 
+import logging
 from datetime import datetime, timedelta
 
 import pytest
@@ -13,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 from rest_framework.test import APIClient
 
-from django_cluster_jobs.models import EventKind, NodeStatus, Outcome, RunState
+from django_cluster_jobs.models import EventKind, NodeStatus, Outcome, RunLog, RunState
 from tests.factories import (
     JobDefinitionFactory,
     JobRunFactory,
@@ -82,6 +83,8 @@ def cluster():
     running = RunningRunFactory(job=job, key="k3", scheduled_at=at(-1), node="node-a")
     RunEventFactory(run=failed, kind=EventKind.CLAIMED, at=at(-20), reason="won the slot")
     RunEventFactory(run=failed, kind=EventKind.FAILED, at=at(-19), node="node-b", fence=2)
+    RunLog.objects.create(run=failed, at=at(-20), level=logging.WARNING, attempt=1, node="node-b",
+                          trace_id="ab" * 16, message="disk almost full")  # fmt: skip
     node_a = WorkerNodeFactory(node_id="node-a", skipped={"disabled": 1})
     node_b = WorkerNodeFactory(node_id="node-b", status=NodeStatus.DRAINING)
     LeaseFactory(name="leader", holder="node-a", fence=4, acquired_at=at(-60), expires_at=at(1))

@@ -302,3 +302,46 @@ async def async_job(ctx: RunContext, seconds: float = 0.01) -> str:
     await sync_to_async(record)(ctx)
     await asyncio.sleep(seconds)
     return "awaited"
+
+
+def _chat(ctx: RunContext, lines: int, fail_first: bool) -> None:
+    ctx.logger.debug("not stored at the default level")
+    ctx.logger.info("attempt %s starts", ctx.attempt)
+    for n in range(lines):
+        ctx.logger.info("line %d", n)
+    try:
+        raise KeyError("missing")
+    except KeyError:
+        ctx.logger.exception("caught %s", "it")
+    ctx.logger.warning("done")
+    if fail_first and ctx.attempt == 1:
+        raise RuntimeError("first attempt fails")
+
+
+@job(name="tests.chatty", max_attempts=2, backoff={"kind": "fixed", "base": 0})
+def chatty(ctx: RunContext, lines: int = 0, fail_first: bool = False) -> str:
+    """Logs through ctx.logger: debug, info with arguments, an exception, a warning."""
+    _chat(ctx, lines, fail_first)
+    return "chatted"
+
+
+@job(name="tests.chatty_async")
+async def chatty_async(ctx: RunContext, lines: int = 0) -> str:
+    """The same from an async handler."""
+    _chat(ctx, lines, False)
+    return "chatted"
+
+
+@job(name="tests.chatty_process", executor="process", timeout=timedelta(seconds=120))
+def chatty_process(ctx: RunContext, lines: int = 0, hang: bool = False) -> str:
+    """The same in a child process; with ``hang`` it then waits to be killed."""
+    _chat(ctx, lines, False)
+    if hang:
+        time.sleep(60)
+    return "chatted"
+
+
+@job(name="tests.sleepy")
+def sleepy(ctx: RunContext, seconds: float = 1.0) -> None:
+    """Sleeps, deaf to cancellation, then returns (its end may come after it lost the run)."""
+    time.sleep(seconds)

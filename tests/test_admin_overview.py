@@ -18,6 +18,7 @@ from django_cluster_jobs.models import (
     EventKind,
     JobDefinition,
     Outcome,
+    PauseCause,
     RunState,
 )
 from tests.factories import (
@@ -90,11 +91,25 @@ def test_a_breaker_open_job_comes_first_and_says_so(admin_client):
     JobDefinitionFactory(name="alpha", cron="* * * * *")
     JobDefinitionFactory(
         name="omega", cron="* * * * *", paused_until=timezone.now() + timedelta(minutes=5),
-        pause_reason="circuit breaker: 3 consecutive failed runs; resumes at 10:05:00",
+        pause_reason="3 consecutive failed runs", pause_cause=PauseCause.BREAKER,
     )  # fmt: skip
     response = admin_client.get(OVERVIEW)
     assert job_rows(response) == ["omega", "alpha"]
     assert "breaker open" in text(response)
+
+
+def test_breaker_open_is_the_stored_cause_never_the_reason_text(admin_client):
+    soon = timezone.now() + timedelta(minutes=5)
+    JobDefinitionFactory(name="alpha", cron="* * * * *")
+    JobDefinitionFactory(name="omega", cron="* * * * *", paused_until=soon,
+                         pause_reason="circuit breaker: words an operator typed",
+                         pause_cause=PauseCause.OPERATOR)  # fmt: skip
+    JobDefinitionFactory(name="ended", cron="* * * * *", pause_cause=PauseCause.BREAKER,
+                         paused_until=timezone.now() - timedelta(minutes=1))  # fmt: skip
+    response = admin_client.get(OVERVIEW)
+    assert job_rows(response) == ["alpha", "ended", "omega"]
+    assert "breaker open" not in text(response)
+    assert not any(job["breaker_open"] for job in response.context["report"]["jobs"])
 
 
 def test_the_overview_without_a_leader_or_nodes_says_so(admin_client):

@@ -11,7 +11,15 @@ from django.utils.translation import gettext_lazy, ngettext
 from .. import services
 from ..conf import app_settings, ledger
 from ..exceptions import ImproperlyDeclared
-from ..models import LIVE_STATES, JobDefinition, JobRun, RunEvent, RunState, WorkerNode
+from ..models import (
+    LIVE_STATES,
+    JobDefinition,
+    JobRun,
+    RunEvent,
+    RunLog,
+    RunState,
+    WorkerNode,
+)
 from ..permissions import ADMIN, actor, can_view
 from ..wording import interval_text
 from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin
@@ -46,10 +54,9 @@ class NodeFilter(LedgerChoicesFilter):
         return [(node, node) for node in nodes]
 
 
-class RunEventInline(ReadOnlyMixin, admin.TabularInline):
-    model = RunEvent
-    fields = readonly_fields = ("time", "kind", "node", "fence", "reason")
-    time = time_column(RunEvent, "at")
+class RunPartInline(ReadOnlyMixin, admin.TabularInline):
+    """Rows that belong to the run (its timeline, its log), read from the ledger database."""
+
     extra = max_num = 0
     can_delete = False
 
@@ -57,8 +64,31 @@ class RunEventInline(ReadOnlyMixin, admin.TabularInline):
         return super().get_queryset(request).using(app_settings.DATABASE)
 
     def has_view_permission(self, request, obj=None):
-        # The timeline is part of the run: whoever may see the run sees its events.
+        # They are part of the run: whoever may see the run sees them.
         return can_view(request.user, JobRun)
+
+
+class RunEventInline(RunPartInline):
+    model = RunEvent
+    fields = readonly_fields = ("time", "kind", "node", "fence", "reason")
+    time = time_column(RunEvent, "at")
+
+
+class RunLogInline(RunPartInline):
+    """What the run's handlers logged through ``ctx.logger``, beside its timeline."""
+
+    model = RunLog
+    fields = readonly_fields = ("time", "level_name", "attempt", "node", "trace_id", "text")
+    time = time_column(RunLog, "at")
+    verbose_name_plural = gettext_lazy("log")
+
+    @admin.display(description=gettext_lazy("level"))
+    def level_name(self, obj):
+        return obj.level_name
+
+    @admin.display(description=gettext_lazy("message"))
+    def text(self, obj):
+        return pre(obj.message)
 
 
 @admin.register(JobRun)
@@ -72,7 +102,7 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
     search_fields = ("job__name", "key", "node")
     date_hierarchy = "scheduled_at"
     show_full_result_count = False  # one COUNT(*) of the ledger per page is enough
-    inlines = (RunEventInline,)
+    inlines = (RunEventInline, RunLogInline)
     actions = ("cancel_runs", "replay_runs")
     object_actions = (
         ("cancel_runs", gettext_lazy("Cancel")),

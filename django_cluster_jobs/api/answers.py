@@ -32,7 +32,7 @@ class Answer(serializers.ModelSerializer):
 
 
 class RunAnswerSerializer(Answer, RunDetailSerializer):
-    """A run an action made or touched (prefetch ``events``)."""
+    """A run an action made or touched (prefetch ``events`` and ``logs``)."""
 
     receipt = ("id", "state", "url")
     url = serializers.HyperlinkedIdentityField(view_name="cluster_jobs_api:run-detail")

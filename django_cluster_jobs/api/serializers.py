@@ -17,7 +17,7 @@ from rest_framework.settings import api_settings
 
 from ..conf import app_settings
 from ..exceptions import ImproperlyDeclared, UnknownJob
-from ..models import JobDefinition, JobRun, Outcome, RunEvent, RunState, WorkerNode
+from ..models import JobDefinition, JobRun, Outcome, RunEvent, RunLog, RunState, WorkerNode
 from ..registry import Job, registry
 from ..validation import (
     KEY_MAX_LENGTH,
@@ -126,13 +126,25 @@ class RunEventSerializer(serializers.ModelSerializer):
         read_only_fields = fields
 
 
+class RunLogSerializer(serializers.ModelSerializer):
+    """One line a handler logged, with the level's name (``INFO``, ``WARNING``, …)."""
+
+    level = serializers.CharField(source="level_name", read_only=True)
+
+    class Meta:
+        model = RunLog
+        fields = ("at", "level", "attempt", "node", "trace_id", "message")
+        read_only_fields = fields
+
+
 class RunDetailSerializer(RunSerializer):
-    """A run with its traceback and its timeline (prefetch ``events``)."""
+    """A run with its traceback, its timeline and its log (prefetch ``events`` and ``logs``)."""
 
     events = RunEventSerializer(many=True, read_only=True)
+    logs = RunLogSerializer(many=True, read_only=True)
 
     class Meta(RunSerializer.Meta):
-        fields: tuple[str, ...] = (*RUN_FIELDS, "traceback", "events")
+        fields: tuple[str, ...] = (*RUN_FIELDS, "traceback", "events", "logs")
         read_only_fields: tuple[str, ...] = fields
 
 

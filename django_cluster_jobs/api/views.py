@@ -127,7 +127,8 @@ class ClusterViewSet(ClusterView, ReadOnlyModelViewSet):
         return Response(serializer_class(instance, context=context).data, status=code)
 
     def answer_run(self, run: JobRun, code: int) -> Response:
-        fresh = ledger(JobRun).select_related("job").prefetch_related("events").get(pk=run.pk)
+        fresh = ledger(JobRun).select_related("job").prefetch_related("events", "logs")
+        fresh = fresh.get(pk=run.pk)
         return self.answer(answers.RunAnswerSerializer, fresh, code)
 
 
@@ -232,7 +233,7 @@ class JobViewSet(ClusterViewSet):
 
 
 class RunViewSet(ClusterViewSet):
-    """The run ledger, newest first, with each run's timeline; cancel and replay runs.
+    """The run ledger, newest first, with each run's timeline and log; cancel and replay runs.
 
     Filters: ``job`` (name), ``state`` and ``outcome`` (repeatable), ``node``, ``since``.
     """
@@ -248,7 +249,7 @@ class RunViewSet(ClusterViewSet):
         runs = ledger(JobRun).select_related("job")
         if self.action == "list":
             return self.query().filter(runs)
-        return runs.prefetch_related("events") if self.action == "retrieve" else runs
+        return runs.prefetch_related("events", "logs") if self.action == "retrieve" else runs
 
     def get_serializer_class(self):
         return api.RunSerializer if self.action == "list" else api.RunDetailSerializer

@@ -9,9 +9,12 @@ from typing import Any
 from .._child import main as child_main
 from ..context import RunContext
 from ..models import RunState
+from .runlog import buffer_of, received
 
 #: Seconds between two looks at the child, the deadline and the cancel flag.
 POLL = 0.05
+#: What _receive returns once the child's end of the pipe is closed.
+CLOSED = object()
 
 
 def run_in_process(
@@ -49,9 +52,14 @@ def run_in_process(
 def _watch(
     child: Any, receive: Any, ctx: RunContext, deadline: float | None, timeout: float | None
 ) -> tuple[str, Any, str, str, str]:
+    buffer = buffer_of(ctx.logger)
     while True:
-        if receive.poll(POLL):
-            status, result, error, tb, exc_type = receive.recv()
+        message = _receive(receive)
+        if isinstance(message, tuple) and message[0] == "log":  # a line (runlog.PipeSink)
+            if buffer is not None:
+                received(buffer, *message[1:])
+        elif isinstance(message, tuple):
+            status, result, error, tb, exc_type = message
             state = RunState.SUCCEEDED if status == "ok" else RunState.FAILED
             return state, result, error, tb, exc_type
         if deadline is not None and time.monotonic() >= deadline:
@@ -64,7 +72,7 @@ def _watch(
             )
         if ctx.cancelled:
             return RunState.CANCELLED, None, "cancelled: the child process was killed", "", ""
-        if not child.is_alive() and not receive.poll(0):
+        if not child.is_alive() and (message is CLOSED or not receive.poll(0)):
             return (
                 RunState.FAILED,
                 None,
@@ -72,3 +80,13 @@ def _watch(
                 "",
                 "ChildProcessError",
             )
+
+
+def _receive(receive: Any) -> Any:
+    """The child's next message, waiting up to POLL: None when none came, CLOSED when the child
+    closed the pipe without an outcome (it ended; nothing more can come)."""
+    try:
+        return receive.recv() if receive.poll(POLL) else None
+    except EOFError:
+        time.sleep(POLL)  # give the ended child a moment to be seen as such
+        return CLOSED

@@ -21,13 +21,14 @@ from ..context import RunContext
 from ..coordination import Won
 from ..ledger import Ledger
 from ..ledger.breaker import open_if_tripped
-from ..models import Overlap, RunState
+from ..models import EventKind, Overlap, RunState
 from ..observe import tracing
 from ..policies.retry import Backoff, final_state, retryable
 from .clock import Clock
 from .executor import release_broken_connections
 from .handlers import call, safe_text, storable
 from .planner import Planned
+from .runlog import RunLogBuffer, RunLogger, buffer_of
 
 logger = logging.getLogger("django_cluster_jobs.run")
 
@@ -71,6 +72,8 @@ class Active:
     planned: Planned
     context: RunContext
     why: Stop = Stop.NONE
+    #: The trace id of the run's span, stamped on its log lines ("" when not traced).
+    trace_id: str = ""
     concluded: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -105,9 +108,10 @@ class Runner:
             fence=won.fence,
             node_id=self.node_id,
             payload=payload,
-            logger=logging.LoggerAdapter(
+            logger=RunLogger(
                 logging.getLogger(f"django_cluster_jobs.jobs.{planned.name}"),
                 self.extra(won, planned),
+                RunLogBuffer(self.clock.now),
             ),
         )
 
@@ -159,6 +163,7 @@ class Runner:
             with tracing.run_span(
                 self.ledger.alias, won, planned, scheduled_at, self.node_id
             ) as span:
+                active.trace_id = tracing.trace_id(span)
                 outcome = self._execute(active, payload)
                 finished = self._conclude_contained(active, outcome)
                 tracing.record_outcome(span, outcome.state, outcome.error)
@@ -260,6 +265,7 @@ class Runner:
         now = self.clock.now()
         if not active.conclude_once():
             return now
+        self._store_log(active, now)
         failed = outcome.state in (RunState.FAILED, RunState.TIMED_OUT)
         definition = active.planned.definition
         never = active.planned.job.dont_retry
@@ -273,6 +279,31 @@ class Runner:
         if recorded:
             self._after(active, outcome, attempt_state, now)
         return now
+
+    def _store_log(self, active: Active, now: datetime) -> None:
+        """Store what the attempt logged, before its end is written; an error doing so is
+        logged and recorded on the run's timeline, never raised: the run ends as it would."""
+        buffer = buffer_of(active.context.logger)
+        lines = buffer.close() if buffer is not None else []
+        if not lines:
+            return
+        won, extra = active.won, self.extra(active.won, active.planned)
+        try:
+            self.ledger.runs.store_log(won, self.node_id, lines, active.trace_id)
+        except Exception as exc:
+            release_broken_connections()
+            why = safe_text(f"{len(lines)} log lines of attempt {won.attempt} not stored: "
+                            f"{type(exc).__name__}: {exc}", 1000)  # fmt: skip
+            logger.warning("%s @ %s: %s", active.planned.name, won.key, why, extra=extra)
+            self._record_contained(won, EventKind.LOG_LOST, why, now)
+
+    def _record_contained(self, won: Won, kind: str, reason: str, now: datetime) -> None:
+        """Append to the run's timeline if the database lets us; never raise."""
+        try:
+            self.ledger.runs.record(won.run_id, kind, self.node_id, won.fence, reason, now)
+        except Exception as exc:
+            release_broken_connections()
+            logger.warning("could not record %s on run %s: %s", kind, won.run_id, exc)
 
     def _retry(self, active: Active, outcome: Ending, now: datetime) -> datetime:
         policy = Backoff.from_dict(active.planned.name, active.planned.definition.backoff)
@@ -315,6 +346,7 @@ class Runner:
                 f"\n{outcome.traceback}" if outcome.traceback else "", extra=extra,
             )  # fmt: skip
         elif recorded is False:
+            self._signal(signals.run_fenced_out, active, state=outcome.state)
             logger.warning(
                 "fenced out: %s @ %s ended %s but fence %s is stale; the newer "
                 "owner's result stands",

@@ -7,7 +7,14 @@ from datetime import datetime, timedelta
 from django.db import transaction
 
 from ..bounds import DEFAULT_COOLDOWN
-from ..models import ClusterEvent, ClusterEventKind, JobDefinition, JobRun, RunState
+from ..models import (
+    ClusterEvent,
+    ClusterEventKind,
+    JobDefinition,
+    JobRun,
+    PauseCause,
+    RunState,
+)
 
 #: Final states that count as a failure for the circuit breaker.
 FAILURES = (RunState.FAILED, RunState.TIMED_OUT, RunState.DEAD, RunState.LOST)
@@ -37,8 +44,9 @@ def open_if_tripped(
         job = JobDefinition.objects.using(alias).filter(pk=job_id).first()
         if job is None or job.is_paused_at(now):
             return None
-        job.paused_until, job.pause_reason = until, reason
-        job.save(using=alias, update_fields=["paused_until", "pause_reason", "updated_at"])
+        job.paused_until, job.pause_reason, job.pause_cause = until, reason, PauseCause.BREAKER
+        fields = ["paused_until", "pause_reason", "pause_cause", "updated_at"]
+        job.save(using=alias, update_fields=fields)
         ClusterEvent.objects.using(alias).create(
             at=now, kind=ClusterEventKind.BREAKER_OPENED, detail=f"{job.name}: {reason}"
         )

@@ -27,6 +27,7 @@ from ..models import (
     Lease,
     NodeStatus,
     RunEvent,
+    RunLog,
     RunState,
     ScheduleKind,
     WorkerNode,
@@ -135,7 +136,7 @@ class Chores:
         return released
 
     def purge(self, now: datetime, keep: timedelta) -> int:
-        """Delete finished runs that ended more than ``keep`` ago, with their events.
+        """Delete finished runs that ended more than ``keep`` ago, with their events and logs.
 
         No recovery decision reads a row at or before its job's ``settled_through`` mark (the
         mark stands for it), so any such finished row may go, except the latest run of each
@@ -147,6 +148,7 @@ class Chores:
         old = old.exclude(pk__in=_latest_delay_runs(self.alias))
         ids = list(old.values_list("pk", flat=True)[:PURGE_BATCH])
         RunEvent.objects.using(self.alias).filter(run_id__in=ids).delete()
+        RunLog.objects.using(self.alias).filter(run_id__in=ids).delete()
         deleted, _ = JobRun.objects.using(self.alias).filter(pk__in=ids).delete()
         return len(ids) if deleted else 0
 
@@ -160,4 +162,7 @@ def _latest_delay_runs(alias: str) -> Subquery:
         .values("pk")[:1]
     )
     delays = JobDefinition.objects.using(alias).filter(schedule_kind=ScheduleKind.DELAY)
-    return Subquery(delays.annotate(latest=Subquery(latest)).values("latest"))
+    # A fixed-delay job with no run yet has no latest: leave its NULL out, or NOT IN (…, NULL)
+    # would be true of no row and purge nothing at all.
+    latest_of = delays.annotate(latest=Subquery(latest)).filter(latest__isnull=False)
+    return Subquery(latest_of.values("latest"))

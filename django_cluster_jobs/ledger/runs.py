@@ -7,6 +7,7 @@ as fenced out. Written once over the ORM for every database.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 from typing import Any
 
@@ -14,7 +15,7 @@ from django.db import transaction
 from django.db.models import F, QuerySet
 
 from ..coordination import Ending, Vendor, Won
-from ..models import PARKED, Cause, Delivery, EventKind, JobRun, RunEvent, RunState
+from ..models import PARKED, Cause, Delivery, EventKind, JobRun, RunEvent, RunLog, RunState
 from ..ranks import rank_expression
 from .signals import after_commit
 
@@ -23,6 +24,9 @@ RELEASED_KIND: dict[str, str] = {
     Cause.HANDED_BACK: EventKind.HANDED_BACK,
     Cause.NODE_LOST: EventKind.NODE_LOST,
 }
+
+#: Releases that take a run from an owner that went away (not one a stopping node handed back).
+TAKEOVERS = (Cause.LEASE_EXPIRED, Cause.NODE_LOST)
 
 
 class Runs:
@@ -146,6 +150,8 @@ class Runs:
             cause=cause,
         )
         if back:
+            if cause in TAKEOVERS:
+                after_commit(self.alias, "run_taken_over", pk, node, cause=cause, reason=reason)
             kind = RELEASED_KIND.get(cause, EventKind.LEASE_EXPIRED)
             again = f"{reason}; pending again as the next attempt"
             self.record(pk, kind, node, fence + 1, again, now)
@@ -177,6 +183,22 @@ class Runs:
         if released:
             self.vendor.notify_pending()
         return released
+
+    def store_log(
+        self, won: Won, node: str, lines: Iterable[tuple[datetime, int, str]], trace_id: str
+    ) -> bool:
+        """Store an attempt's log lines (at, level, message) with its run, in one insert, while
+        this node holds the run's fence (the row locked against a takeover meanwhile); False,
+        and nothing stored, when fenced out."""
+        with transaction.atomic(using=self.alias):
+            if not self.held(won).select_for_update().exists():
+                return False
+            RunLog.objects.using(self.alias).bulk_create(
+                RunLog(run_id=won.run_id, at=at, level=level, attempt=won.attempt, node=node,
+                       trace_id=trace_id, message=message)
+                for at, level, message in lines
+            )  # fmt: skip
+        return True
 
     def record(
         self, run_id: int, kind: str, node: str, fence: int | None, reason: str, now: datetime

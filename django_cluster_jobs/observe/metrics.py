@@ -1,7 +1,7 @@
 """Prometheus metrics of one node, fed by our own signals: the ``metrics`` extra.
 
 Nothing here is imported by the engine: :class:`NodeMetrics` connects receivers to the lifecycle
-signals (django_cluster_jobs.signals), to ``post_save`` of the timeline and cluster event rows,
+signals (django_cluster_jobs.signals), to ``post_save`` of the cluster event rows,
 and reads the node's in-memory counters when scraped. Without ``prometheus-client`` installed,
 :func:`for_node` returns None and nothing is recorded.
 
@@ -25,7 +25,7 @@ from django.db import DatabaseError, connections
 from django.db.models.signals import post_save
 
 from .. import signals
-from ..models import ClusterEvent, ClusterEventKind, EventKind, RunEvent
+from ..models import ClusterEvent, ClusterEventKind
 from ..status import backlog, dead_letters
 
 if TYPE_CHECKING:
@@ -101,6 +101,9 @@ class NodeMetrics:
                               "this node.", ("job",), registry=r)  # fmt: skip
         self.fenced = p.Counter("cluster_jobs_fenced_out_writes", "Write-backs of this node "
                                 "refused by a newer fence.", (), registry=r)  # fmt: skip
+        self.takeovers = p.Counter("cluster_jobs_lease_takeovers", "Runs this node took from "
+                                   "an owner that went away, by cause.", ("job", "cause"),
+                                   registry=r)  # fmt: skip
         self.leadership = p.Counter("cluster_jobs_leadership_changes", "Times this node "
                                     "became or stopped being leader.", ("change",),
                                     registry=r)  # fmt: skip
@@ -121,7 +124,8 @@ class NodeMetrics:
             (signals.run_dead_lettered, self._on_dead, None),
             (signals.run_missed, self._on_missed, None),
             (signals.run_lost, self._on_lost, None),
-            (post_save, self._on_run_event, RunEvent),
+            (signals.run_taken_over, self._on_taken_over, None),
+            (signals.run_fenced_out, self._on_fenced_out, None),
             (post_save, self._on_cluster_event, ClusterEvent),
         ]
 
@@ -190,8 +194,14 @@ class NodeMetrics:
         if self._mine(node):
             self.lost.labels(sender).inc()
 
-    def _on_run_event(self, sender: Any, *, instance: RunEvent, created: bool, **_: Any) -> None:
-        if created and instance.kind == EventKind.FENCED_OUT and self._mine(instance.node):
+    def _on_taken_over(self, sender: str, *, node: str, cause: str, **_: Any) -> None:
+        if self._mine(node):
+            self.takeovers.labels(sender, cause).inc()
+
+    def _on_fenced_out(self, sender: str, *, node: str, **_: Any) -> None:
+        # From the runner, not the fenced_out row: PostgreSQL writes that row in SQL, unseen
+        # by post_save.
+        if self._mine(node):
             self.fenced.inc()
 
     def _on_cluster_event(self, sender: Any, *, instance: ClusterEvent, created: bool,

@@ -107,6 +107,13 @@ def _attributes(won: Any, planned: Any, scheduled_at: datetime, outcome: str) ->
     return attributes
 
 
+def trace_id(span: Any) -> str:
+    """The trace id of ``span`` in hex, as W3C writes it; "" without a span."""
+    if span is None:
+        return ""
+    return format(span.get_span_context().trace_id, "032x")
+
+
 def record_outcome(span: Any, state: str, error: str) -> None:
     """Mark the run's span with how the run ended."""
     if span is None:

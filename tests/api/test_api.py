@@ -305,6 +305,16 @@ def test_run_detail_has_the_timeline(cluster, viewer):
     assert viewer.get(url("run-detail", 999_999)).status_code == 404
 
 
+def test_run_detail_has_its_log_beside_the_timeline(cluster, viewer):
+    run = viewer.get(url("run-detail", cluster["failed"].pk)).json()
+    [line] = run["logs"]
+    assert parse(line.pop("at")) == cluster["failed"].logs.get().at
+    assert line == {"level": "WARNING", "attempt": 1, "node": "node-b", "trace_id": "ab" * 16,
+                    "message": "disk almost full"}  # fmt: skip
+    listed = viewer.get(url("run-list")).json()["results"]
+    assert all("logs" not in run for run in listed)
+
+
 # -- nodes, leader, status ----------------------------------------------------------------------
 
 

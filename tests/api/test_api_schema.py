@@ -151,7 +151,8 @@ def runs(c, cluster) -> None:
     c["all"]("get", following.path, 200, query=parse_qs(following.query))
     c["all"]("get", url("run-list"), 400, query={"state": "exploded"}, conforms=False)
     c["all"]("get", url("run-list"), 400, query={"cursor": "garbage"})
-    assert c["all"]("get", url("run-detail", cluster["failed"].pk), 200)["events"]
+    detail = c["all"]("get", url("run-detail", cluster["failed"].pk), 200)
+    assert detail["events"] and detail["logs"]
     c["all"]("get", url("run-detail", 999_999), 404)
 
 

@@ -5,19 +5,23 @@ from __future__ import annotations
 import threading
 import urllib.request
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
 from django.db import connections
+from django.db.models import F
 from django.test import override_settings
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from django_cluster_jobs import services
 from django_cluster_jobs.engine import Node
-from django_cluster_jobs.models import JobDefinition, JobRun, RunState
+from django_cluster_jobs.models import EventKind, JobDefinition, JobRun, RunEvent, RunState
 from django_cluster_jobs.observe import metrics
 from django_cluster_jobs.observe.probes import ProbeServer
 from django_cluster_jobs.status import backlog, dead_letters
 from tests.conftest import wait_until
+from tests.factories import RunningRunFactory
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -135,6 +139,35 @@ def test_claims_are_counted_and_match_the_ledger(node):
     for reason, n in stats.skipped.items():
         assert value(samples, "cluster_jobs_occurrences_skipped_total", node=node.node_id,
                      reason=reason) == n  # fmt: skip
+
+
+def test_a_takeover_of_a_run_whose_owner_went_away_is_counted(node):
+    """A run left running by a node that is gone: the leader reaps its expired lease, this node
+    runs the next attempt, and the takeover is counted once, by its cause."""
+    wait_until(lambda: node.leader.held is not None, timeout=10)
+    job = JobDefinition.objects.get(name="tests.manual")
+    past = timezone.now() - timedelta(seconds=5)
+    orphan = RunningRunFactory(job=job, node="gone", lease_expires_at=past, payload={"value": 1})
+    wait_until(lambda: ended("tests.manual", 1), timeout=30)
+    orphan.refresh_from_db()
+    assert (orphan.state, orphan.attempt, orphan.node) == (RunState.SUCCEEDED, 2, node.node_id)
+    assert orphan.events.filter(kind=EventKind.TAKEN_OVER).count() == 1
+    samples = scrape(node.probes)
+    assert value(samples, "cluster_jobs_lease_takeovers_total", job="tests.manual",
+                 cause="lease_expired") == 1  # fmt: skip
+
+
+def test_a_fenced_out_write_back_is_counted(node):
+    """The run is taken from this node while its handler runs (its fence moves on): the end it
+    then writes is refused and counted, on every database (PostgreSQL writes that row in SQL)."""
+    services.enqueue("tests.sleepy", {"seconds": 1.5})
+    run = wait_until(lambda: JobRun.objects.filter(job__name="tests.sleepy", state="running")
+                     .first(), timeout=20)  # fmt: skip
+    JobRun.objects.filter(pk=run.pk).update(fence=F("fence") + 1, node="elsewhere")
+    wait_until(lambda: RunEvent.objects.filter(run_id=run.pk, kind=EventKind.FENCED_OUT).exists(),
+               timeout=30)  # fmt: skip
+    wait_until(lambda: value(scrape(node.probes), "cluster_jobs_fenced_out_writes_total") == 1,
+               timeout=5)  # fmt: skip
 
 
 def test_the_backlog_is_the_due_pending_runs_by_queue():

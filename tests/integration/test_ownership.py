@@ -166,6 +166,15 @@ def test_purge_keeps_live_runs_recent_runs_and_the_latest_run_of_each_fixed_dela
     assert {doomed.pk, latest_of_other.pk, before_delay.pk}.isdisjoint(remaining)
 
 
+def test_a_fixed_delay_job_that_never_ran_does_not_stop_the_purge(ledger):
+    """Its latest run is NULL; NOT IN with a NULL in it used to match no row, purging nothing."""
+    JobDefinitionFactory(schedule_kind="delay", cron="", interval=timedelta(minutes=5))
+    old = T0 - timedelta(days=30)
+    doomed = JobRunFactory(job=JobDefinitionFactory(), scheduled_at=old, finished_at=old)
+    assert ledger.chores.purge(T0, timedelta(days=14)) == 1
+    assert not JobRun.objects.filter(pk=doomed.pk).exists()
+
+
 def test_retention_is_the_setting_whatever_the_schedules():
     from django_cluster_jobs.engine.leader import retention
 

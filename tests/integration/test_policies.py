@@ -15,7 +15,14 @@ from django_cluster_jobs.engine.planner import load_planned
 from django_cluster_jobs.engine.registration import sync_definitions
 from django_cluster_jobs.engine.runner import Runner, Stop
 from django_cluster_jobs.ledger import get_ledger
-from django_cluster_jobs.models import ClusterEvent, EventKind, JobDefinition, JobRun, RunState
+from django_cluster_jobs.models import (
+    ClusterEvent,
+    EventKind,
+    JobDefinition,
+    JobRun,
+    PauseCause,
+    RunState,
+)
 from django_cluster_jobs.policies.retry import Backoff
 from django_cluster_jobs.registry import registry
 from tests.clocks import FixedClock
@@ -142,13 +149,21 @@ def test_the_breaker_opens_after_consecutive_failures_and_resumes(env):
     job = JobDefinition.objects.get(name="tests.breaker")
     assert job.paused_until == T0 + timedelta(minutes=1)
     assert "2 consecutive failed runs" in job.pause_reason
+    assert job.pause_cause == PauseCause.BREAKER
+    assert list(JobDefinition.objects.breaker_open(T0).values_list("name", flat=True)) == [
+        "tests.breaker"
+    ]
     assert ClusterEvent.objects.filter(kind="breaker_opened").count() == 1
     from django_cluster_jobs.coordination import Claim
 
     claim = Claim(job.pk, "k", T0)
     assert runner.ledger.vendor.claim([claim], "n1", T0, T0 + timedelta(seconds=9)) == []
     services.resume("tests.breaker")
+    assert JobDefinition.objects.get(name="tests.breaker").pause_cause == PauseCause.NONE
     assert len(runner.ledger.vendor.claim([claim], "n1", T0, T0 + timedelta(seconds=9))) == 1
+    services.pause("tests.breaker", reason="circuit breaker: typed by an operator")
+    assert JobDefinition.objects.get(name="tests.breaker").pause_cause == PauseCause.OPERATOR
+    assert not JobDefinition.objects.breaker_open(T0).exists()
 
 
 def test_a_success_in_between_keeps_the_breaker_closed(env):

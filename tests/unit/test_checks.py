@@ -111,6 +111,10 @@ def test_unknown_database_alias():
         assert check_settings() == [expected]
 
 
+#: What RUN_LOG_LEVEL must be, as E001 words it.
+LEVEL = "None, a logging level's name (\"INFO\") or a number, 0 or more"
+
+
 @pytest.mark.parametrize(
     ("key", "value", "expected", "default"),
     [
@@ -143,6 +147,11 @@ def test_unknown_database_alias():
         ("PROBE_PORT", -1, "None or a TCP port number, 0 to 65535 (0: any free port)", None),
         ("PROBE_PORT", "8001", "None or a TCP port number, 0 to 65535 (0: any free port)", None),
         ("PROBE_PORT", True, "None or a TCP port number, 0 to 65535 (0: any free port)", None),
+        ("RUN_LOG_LEVEL", "LOUD", LEVEL, "INFO"),
+        ("RUN_LOG_LEVEL", -1, LEVEL, "INFO"),
+        ("RUN_LOG_LEVEL", True, LEVEL, "INFO"),
+        ("RUN_LOG_MAX_LINES", 0, "a whole number of lines, 1 or more", 1000),
+        ("RUN_LOG_MAX_BYTES", 1.5, "a whole number of bytes, 1 or more", 256 * 1024),
     ],
 )
 def test_invalid_value(key, value, expected, default):
@@ -170,6 +179,11 @@ def test_invalid_value(key, value, expected, default):
         ("PROBE_PORT", None),
         ("PROBE_PORT", 8001),
         ("PROBE_PORT", 0),
+        ("RUN_LOG_LEVEL", None),
+        ("RUN_LOG_LEVEL", "warning"),
+        ("RUN_LOG_LEVEL", 5),
+        ("RUN_LOG_MAX_LINES", 1),
+        ("RUN_LOG_MAX_BYTES", 100),
     ],
 )
 def test_valid_values(key, value):

@@ -33,6 +33,9 @@ DEFAULTS = {
     "QUEUE_LIMITS": {},
     "MAX_PAYLOAD_BYTES": 65536,
     "PROBE_PORT": None,
+    "RUN_LOG_LEVEL": "INFO",
+    "RUN_LOG_MAX_LINES": 1000,
+    "RUN_LOG_MAX_BYTES": 256 * 1024,
 }
 
 
