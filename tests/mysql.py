@@ -1,8 +1,8 @@
 """MariaDB / MySQL through PyMySQL when mysqlclient is not installed.
 
 Django's MySQL backend imports ``MySQLdb`` (mysqlclient) and refuses one older than 2.2.1.
-PyMySQL speaks the same DB-API and installs itself under that name; it reports its own version,
-so the version Django checks is the mysqlclient release whose interface it provides.
+PyMySQL speaks the same DB-API and installs itself under that name; a release that reports its
+own version instead of the mysqlclient interface it provides is given that interface's.
 """
 
 import importlib.util
@@ -17,5 +17,6 @@ def use_pymysql() -> None:
         return
     import pymysql
 
-    pymysql.version_info = MYSQLCLIENT_INTERFACE
+    if pymysql.version_info < MYSQLCLIENT_INTERFACE:  # older PyMySQL releases report their own
+        pymysql.version_info = MYSQLCLIENT_INTERFACE
     pymysql.install_as_MySQLdb()
