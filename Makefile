@@ -11,9 +11,10 @@ export PYTHON VENV DEMO_SECONDS
 
 help:
 	@echo "make demo   three scheduler nodes on the example project (SQLite) for $(DEMO_SECONDS)s"
-	@echo "make test   ruff, Django checks, the tests on SQLite and on PostgreSQL if reachable"
+	@echo "make test   ruff, Django checks, the tests on SQLite, and on PostgreSQL and MariaDB if reachable"
 	@echo "variables:  PYTHON=$(PYTHON) VENV=$(VENV) DEMO_SECONDS=$(DEMO_SECONDS)"
-	@echo "            DATABASE_URL, REQUIRE_POSTGRES=1, PYTEST_ARGS (make test)"
+	@echo "            DATABASE_URL, REQUIRE_POSTGRES=1, MARIADB_URL, REQUIRE_MARIADB=1,"
+	@echo "            SKIP_MARIADB=1, PYTEST_ARGS (make test)"
 
 demo:
 	@bash scripts/demo.sh

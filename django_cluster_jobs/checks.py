@@ -293,3 +293,13 @@ def check_tasks(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMess
     from .tasks.checks import check_tasks as check
 
     return check(app_configs, **kwargs)
+
+
+@checks.register(checks.Tags.database)
+def check_database(
+    app_configs: Any = None, databases: Any = None, **kwargs: Any
+) -> list[checks.CheckMessage]:
+    """cluster_jobs.E030, W030, I030: what the ledger database cannot enforce or answer."""
+    from .dbchecks import check_database as check
+
+    return check(databases)

@@ -6,7 +6,7 @@ import logging
 from datetime import UTC, datetime
 
 from django.db import models
-from django.db.models import OuterRef, Q, Subquery
+from django.db.models import Case, F, OuterRef, Q, Subquery, When
 from django.db.models.functions import Now
 from django.utils.translation import gettext_lazy as _
 
@@ -274,9 +274,18 @@ class JobRun(models.Model):
     #: the node that runs it continues (observe.tracing); null when there was none. Nullable so
     #: the claim statements, which do not name it, need no change.
     trace_context = models.JSONField(null=True, blank=True, editable=False)
-    #: The job's id on scheduled runs of jobs that allow no overlap; a partial unique index on
-    #: live runs then lets at most one such run be pending or running in the whole cluster.
+    #: The job's id on scheduled runs of jobs that allow no overlap (the run takes its lane).
     lane = models.BigIntegerField(null=True, blank=True, editable=False)
+    #: ``lane`` while the run is live (pending or running), NULL once it ended. The database
+    #: computes it in the very write that changes the state, so no path can forget to free the
+    #: lane, and a plain unique index on it lets at most one live laned run per job exist in the
+    #: cluster: NULLs are distinct in unique indexes, so no partial index is needed (MariaDB and
+    #: MySQL have none).
+    live_lane = models.GeneratedField(
+        expression=Case(When(state__in=LIVE_STATES, then=F("lane")), default=None),
+        output_field=models.BigIntegerField(null=True),
+        db_persist=True,
+    )
     #: While pending: due_at - priority * PRIORITY_AGING in microseconds (see ranks), the order
     #: in which due pending runs are taken; an index serves it.
     pending_rank = models.BigIntegerField(null=True, blank=True, editable=False)
@@ -299,11 +308,7 @@ class JobRun(models.Model):
         verbose_name = _("run")
         constraints = [
             models.UniqueConstraint(fields=["job", "key"], name="cluster_jobs_run_claim"),
-            models.UniqueConstraint(
-                fields=["lane"],
-                condition=Q(state__in=("pending", "running")),
-                name="cluster_jobs_run_one_live",
-            ),
+            models.UniqueConstraint(fields=["live_lane"], name="cluster_jobs_run_live_lane"),
         ]
         indexes = [
             models.Index(

@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# make test: lint, types and Django checks, then the test suite on SQLite and on PostgreSQL.
+# make test: lint, types and Django checks, then the test suite on SQLite, on PostgreSQL and on
+# MariaDB / MySQL.
 #
 # The SQLite run ignores DATABASE_URL (tests/settings.py then uses an SQLite file). PostgreSQL:
 # DATABASE_URL when it is a postgres URL (an unreachable one is an error), else
 # postgres://postgres@127.0.0.1:5432/test when that server answers, else the run is skipped with a
 # notice. REQUIRE_POSTGRES=1 turns that skip into a failure (CI sets it).
+# MariaDB / MySQL likewise: MARIADB_URL, else DATABASE_URL when it is a mysql URL (either one, if
+# unreachable, is an error), else mysql://root@127.0.0.1:3306/test when that server answers.
+# REQUIRE_MARIADB=1 turns its skip into a failure; SKIP_MARIADB=1 leaves the run out.
 # PYTEST_ARGS is passed on to pytest (e.g. PYTEST_ARGS="-k claim -x").
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 . scripts/lib.sh
 
 LOCAL_POSTGRES=postgres://postgres@127.0.0.1:5432/test
+LOCAL_MARIADB=mysql://root@127.0.0.1:3306/test
 ensure_venv test
 py="$VENV/bin/python"
 results=()
@@ -36,6 +41,42 @@ for extra in ({}, {"dbname": "postgres"}):  # the named database may not exist y
 print(f"    {str(error).strip()}", file=sys.stderr)
 sys.exit(1)
 PY
+}
+
+# True when the MariaDB / MySQL server behind the URL accepts a connection within 3 seconds.
+mariadb_reachable() {
+    "$py" - "$1" <<'PY'
+import sys
+
+import environ
+import pymysql
+
+db = environ.Env.db_url_config(sys.argv[1])
+try:  # without the database: it may not exist yet
+    pymysql.connect(
+        host=db["HOST"] or "127.0.0.1",
+        port=int(db["PORT"] or 3306),
+        user=db["USER"],
+        password=db["PASSWORD"],
+        connect_timeout=3,
+    ).close()
+except pymysql.Error as exc:
+    print(f"    {exc}", file=sys.stderr)
+    sys.exit(1)
+PY
+}
+
+# unreachable NAME URL VARIABLE: the loud failure of a database run that is required.
+unreachable() {
+    local rule="######################################################################"
+    {
+        printf '\n%s\n' "$rule"
+        echo "ERROR: $1 not reachable at $(shown "$2"), and this run requires it"
+        echo "($3). Start the server or fix the URL."
+        printf '%s\n' "$rule"
+    } >&2
+    results+=("pytest on $1: FAILED (not reachable)")
+    failed=1
 }
 
 # run_pytest LABEL [DATABASE_URL]: run the suite; "no tests collected" (exit 5) is a failure.
@@ -87,7 +128,7 @@ candidate=$LOCAL_POSTGRES
 required=${REQUIRE_POSTGRES:-0}
 case ${DATABASE_URL:-} in
     postgres://* | postgresql://* | pgsql://*) candidate=$DATABASE_URL required=1 ;;
-    "") ;;
+    "" | mysql://* | mysql2://*) ;;
     *) echo "DATABASE_URL is not a PostgreSQL URL: the SQLite run ignored it, and so does this." ;;
 esac
 
@@ -95,19 +136,38 @@ say "Looking for PostgreSQL at $(shown "$candidate")"
 if postgres_reachable "$candidate"; then
     run_pytest "PostgreSQL ($(shown "$candidate"))" "$candidate" || failed=1
 elif [ "$required" = 1 ]; then
-    rule="######################################################################"
-    {
-        printf '\n%s\n' "$rule"
-        echo "ERROR: PostgreSQL not reachable at $(shown "$candidate"), and this run requires it"
-        echo "(REQUIRE_POSTGRES=1 or a PostgreSQL DATABASE_URL). Start the server or fix the URL."
-        printf '%s\n' "$rule"
-    } >&2
-    results+=("pytest on PostgreSQL: FAILED (not reachable)")
-    failed=1
+    unreachable PostgreSQL "$candidate" "REQUIRE_POSTGRES=1 or a PostgreSQL DATABASE_URL"
 else
     echo "PostgreSQL not reachable: skipped the PostgreSQL run"
     echo "(set DATABASE_URL=postgres://... or start a server on 127.0.0.1:5432 to include it)"
     results+=("pytest on PostgreSQL: skipped (not reachable)")
+fi
+
+# MariaDB / MySQL: an explicit URL must work; the local server is used only if it answers.
+candidate=${MARIADB_URL:-$LOCAL_MARIADB}
+required=${REQUIRE_MARIADB:-0}
+[ -z "${MARIADB_URL:-}" ] || required=1
+if [ -z "${MARIADB_URL:-}" ]; then
+    case ${DATABASE_URL:-} in
+        mysql://* | mysql2://*) candidate=$DATABASE_URL required=1 ;;
+    esac
+fi
+
+if [ "${SKIP_MARIADB:-0}" = 1 ]; then
+    echo "SKIP_MARIADB=1: the MariaDB / MySQL run is left out"
+    results+=("pytest on MariaDB / MySQL: left out (SKIP_MARIADB=1)")
+else
+    say "Looking for MariaDB / MySQL at $(shown "$candidate")"
+    if mariadb_reachable "$candidate"; then
+        run_pytest "MariaDB / MySQL ($(shown "$candidate"))" "$candidate" || failed=1
+    elif [ "$required" = 1 ]; then
+        unreachable "MariaDB / MySQL" "$candidate" \
+            "REQUIRE_MARIADB=1, MARIADB_URL or a mysql DATABASE_URL"
+    else
+        echo "MariaDB / MySQL not reachable: skipped the MariaDB run"
+        echo "(set MARIADB_URL=mysql://... or start a server on 127.0.0.1:3306 to include it)"
+        results+=("pytest on MariaDB / MySQL: skipped (not reachable)")
+    fi
 fi
 
 say "Summary ($(versions "$py"))"

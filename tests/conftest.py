@@ -53,7 +53,8 @@ def database_url() -> str:
     password = f":{s['PASSWORD']}" if s.get("PASSWORD") else ""
     host = s.get("HOST") or "127.0.0.1"
     port = f":{s['PORT']}" if s.get("PORT") else ""
-    return f"postgres://{user}{password}@{host}{port}/{s['NAME']}"
+    scheme = {"postgresql": "postgres", "mysql": "mysql"}[connection.vendor]
+    return f"{scheme}://{user}{password}@{host}{port}/{s['NAME']}"
 
 
 class Scheduler:

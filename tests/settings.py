@@ -64,6 +64,12 @@ if _db["ENGINE"].endswith("sqlite3"):
     }
     _name = Path(_db["NAME"])
     _db["TEST"] = {"NAME": str(_name.with_name(f"test_{_name.name}"))}
+elif _db["ENGINE"].endswith("mysql"):  # MariaDB / MySQL
+    from tests.mysql import use_pymysql
+
+    use_pymysql()
+    _db["OPTIONS"] = {"charset": "utf8mb4"}
+    _db["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
 
 CLUSTER_JOBS = {
     "HEARTBEAT_INTERVAL": env.float("CLUSTER_JOBS_HEARTBEAT", default=0.5),

@@ -35,8 +35,9 @@ CLAIM_ROW = "(%s, %s, %s, %s, %s, %s, %s, %s)"
 # are decided already (claimed, recorded missed, or not due), even when retention purged their
 # rows; the unique (job_id, key) constraint lets exactly one racer insert each row, and RETURNING
 # yields exactly what this node won. Scheduled runs of jobs that allow no overlap get lane = job
-# id, and a partial unique index lets one live laned run exist per job: a claim that would overlap
-# a run still live anywhere conflicts too, which is why ON CONFLICT names no target.
+# id, and the unique index on live_lane (the lane while the run is live, computed by the database)
+# lets one live laned run exist per job: a claim that would overlap a run still live anywhere
+# conflicts too, which is why ON CONFLICT names no target.
 # Parameters: the rows, then node, lease_until, now, now, now.
 # The WHERE clause also keeps SQLite from reading ON CONFLICT as the join's ON.
 CLAIM_INSERT = f"""

@@ -139,7 +139,7 @@ class Gates:
     def gate_states(self, job_ids: Collection[int]) -> dict[int, GateState]:
         """Return, per job, what its claim gate saw: the definition's gate columns and the key
         of the live run holding its lane (if any). One query; explains a refused claim."""
-        lane = JobRun.objects.using(self.alias).filter(lane=OuterRef("pk"), state__in=LIVE_STATES)
+        lane = JobRun.objects.using(self.alias).filter(live_lane=OuterRef("pk"))
         rows = (
             JobDefinition.objects.using(self.alias)
             .filter(pk__in=list(job_ids))

@@ -1,9 +1,10 @@
 """Overlap and concurrency policies: which claims hold a job's lane, and which must be gated.
 
 ``skip`` (the default) never lets two runs of a job live at once cluster-wide: its scheduled runs
-take the job's lane, a partial unique index over live runs, so the batch claim itself refuses an
-overlapping one. Every other limit (``buffer_one``, ``cancel_other``, ``max_concurrency`` above
-one, a queue limit) needs the gated claim, which decides under per-job and per-queue locks.
+take the job's lane, a unique index over the lane of live runs (``JobRun.live_lane``), so the
+batch claim itself refuses an overlapping one. Every other limit (``buffer_one``,
+``cancel_other``, ``max_concurrency`` above one, a queue limit) needs the gated claim, which
+decides under per-job and per-queue locks.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ def gate_of(definition: Any) -> Gate | None:
     """The gate of jobs whose overlap the batch claim cannot decide alone; None for the rest.
 
     The batch claim handles "allow" without limits (nothing to decide) and "skip" with a limit
-    of one (the lane's partial unique index decides); everything else is gated.
+    of one (the lane's unique index decides); everything else is gated.
     """
     if definition.placement != Placement.CLUSTER:
         return None

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from django_cluster_jobs.coordination import Claim, Won
-from django_cluster_jobs.models import EventKind, JobRun, RunEvent, RunState
+from django_cluster_jobs.models import LIVE_STATES, EventKind, JobRun, RunEvent, RunState
 from tests.conftest import database_url
 from tests.factories import JobDefinitionFactory, RunningRunFactory
 from tests.races import race
@@ -141,6 +141,27 @@ def test_concurrent_processes_get_exactly_one_winner_per_occurrence(ledger, monk
     assert sorted(wins) == sorted(keys) and set(wins.values()) == {1}
     for node, won in results.items():
         assert sorted(JobRun.objects.filter(node=node).values_list("key", flat=True)) == won
+
+
+def test_racers_claiming_different_occurrences_of_a_skip_job_start_one_run(ledger):
+    """overlap="skip": the job's lane admits one live run, whichever occurrence each racer
+    claims and on every database (no partial index needed)."""
+    job = JobDefinitionFactory(overlap="skip")
+    results = race(
+        6, lambda i: ledger.vendor.claim(claims_for(job.pk, 1, start=i), f"node-{i}", NOW, LEASE)
+    )
+    assert sum(len(won) for won in results) == 1
+    assert JobRun.objects.filter(job=job, state__in=LIVE_STATES).count() == 1
+
+
+@pytest.mark.parametrize("end", [RunState.SUCCEEDED, RunState.FAILED, RunState.CANCELLED])
+def test_a_skip_jobs_lane_is_free_again_once_its_run_ended(ledger, end):
+    job = JobDefinitionFactory(overlap="skip")
+    [first] = ledger.vendor.claim(claims_for(job.pk, 1), "a", NOW, LEASE)
+    assert ledger.vendor.claim(claims_for(job.pk, 1, start=1), "b", NOW, LEASE) == []
+    assert ledger.runs.finish(first, "a", end, NOW)
+    [second] = ledger.vendor.claim(claims_for(job.pk, 1, start=2), "b", NOW, LEASE)
+    assert JobRun.objects.get(pk=second.run_id).lane == job.pk
 
 
 def test_window_claim_serialises_racers(ledger):

@@ -97,6 +97,10 @@ def test_sqlite_coordination_on_postgresql():
         assert check_settings() == [expected]
 
 
+@pytest.mark.skipif(
+    connection.vendor not in ("postgresql", "sqlite"),
+    reason=f"{connection.vendor} has no native coordination: the ORM path serves it",
+)
 def test_native_coordination_on_its_own_database():
     with override_settings(CLUSTER_JOBS={"COORDINATION": connection.vendor}):
         assert check_settings() == []
