@@ -306,6 +306,26 @@ class JobRun(models.Model):
                 condition=Q(state="running"),
             ),
             models.Index(fields=["job", "-scheduled_at"], name="cluster_jobs_run_job_recent"),
+            # The whole ledger newest first (the admin's runs list), and the last day by job and
+            # state from the index alone (the overview's strips).
+            models.Index(
+                fields=["-scheduled_at", "-id"],
+                include=["job", "state"],
+                name="cluster_jobs_run_recent",
+            ),
+            # Failures are few and written once, at their end: these cost a claim nothing, and
+            # serve each job's last failure, the recent failures and the dead letters by job.
+            models.Index(
+                fields=["job", "-scheduled_at"],
+                name="cluster_jobs_run_job_failed",
+                condition=Q(state__in=FAILURE_STATES),
+            ),
+            models.Index(
+                fields=["-finished_at", "-id"],
+                name="cluster_jobs_run_failed",
+                condition=Q(state__in=FAILURE_STATES, finished_at__isnull=False),
+            ),
+            models.Index(fields=["job"], name="cluster_jobs_run_dead", condition=Q(state="dead")),
             models.Index(
                 fields=["finished_at"],
                 name="cluster_jobs_run_finished",

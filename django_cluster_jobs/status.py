@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from django.db.models import Count, F, Min
+from django.db.models import Count, Min, Model
 
 from .conf import app_settings
 from .coordination import get_vendor
@@ -168,12 +168,11 @@ def _job(job: LastRunIds, now: datetime, runs: Mapping[int | None, Any]) -> dict
 
 
 def _failures(alias: str, limit: int) -> list[dict[str, Any]]:
-    rows = (
-        JobRun.objects.using(alias)
-        .failures()
-        .order_by(F("finished_at").desc(nulls_last=True), "-pk")
-        .values(*RUN_FIELDS, "job__name")[:limit]
-    )
+    # Latest end first, runs without an end last: two reads, so an index serves each.
+    failures = JobRun.objects.using(alias).failures().values(*RUN_FIELDS, "job__name")
+    rows = list(failures.filter(finished_at__isnull=False).order_by("-finished_at", "-pk")[:limit])
+    if len(rows) < limit:
+        rows += failures.filter(finished_at__isnull=True).order_by("-pk")[: limit - len(rows)]
     return [{"job": row["job__name"], **_run(row)} for row in rows]
 
 
@@ -199,3 +198,9 @@ def dead_letters(alias: str) -> dict[str, int]:
         .order_by()
     )
     return dict(rows)
+
+
+def estimated_rows(alias: str, model: type[Model]) -> int | None:
+    """The database's estimate of the rows of ``model``'s table, where it keeps one (PostgreSQL),
+    else None: what a long list of the whole ledger shows instead of counting it."""
+    return get_vendor(alias).estimated_rows(model._meta.db_table)
