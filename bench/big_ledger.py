@@ -241,6 +241,7 @@ def pages() -> list[tuple[str, str]]:
         ("runs: state succeeded", f"{runs}?state__exact=succeeded"),
         ("runs: state failed", f"{runs}?state__exact=failed"),
         ("runs: state lost", f"{runs}?state__exact=lost"),
+        ("runs: state dead", f"{runs}?state__exact=dead"),
         ("runs: state pending", f"{runs}?state__exact=pending"),
         ("runs: queue reports", f"{runs}?queue=reports"),
         ("runs: node node-03", f"{runs}?node=node-03"),
@@ -273,20 +274,22 @@ def pages() -> list[tuple[str, str]]:
 
 def timed(client: Any, path: str, repeats: int) -> tuple[list[float], int, float]:
     """Times of ``repeats`` requests (after one untimed), statements and slowest statement (ms)."""
-    from django.db import connection
+    from django.db import connection, reset_queries
     from django.test.utils import CaptureQueriesContext
 
+    reset_queries()
     with CaptureQueriesContext(connection) as captured:
         response = client.get(path)
     if response.status_code != 200:
         raise SystemExit(f"{path} answered {response.status_code}")
-    slowest = max((float(q["time"]) for q in captured.captured_queries), default=0.0)
+    sent = captured.captured_queries  # before the next request resets the log
+    slowest = max((float(q["time"]) for q in sent), default=0.0)
     times = []
     for _ in range(repeats):
         started = time.perf_counter()
         client.get(path)
         times.append(common.ms(time.perf_counter() - started))
-    return times, len(captured.captured_queries), slowest * 1000
+    return times, len(sent), slowest * 1000
 
 
 def measure(args: argparse.Namespace) -> None:

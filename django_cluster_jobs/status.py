@@ -190,14 +190,18 @@ def backlog(alias: str, now: datetime) -> dict[str, tuple[int, float]]:
 
 def dead_letters(alias: str) -> dict[str, int]:
     """Dead-lettered runs kept in the ledger, by job name."""
+    # By job id from the dead letters' own index alone (COUNT(*) reads no other column), then
+    # named: a join here lets the planner read the dead letters once per job.
     rows = (
         JobRun.objects.using(alias)
         .filter(state=RunState.DEAD)
-        .values_list("job__name")
-        .annotate(n=Count("pk"))
+        .values_list("job_id")
+        .annotate(n=Count("*"))
         .order_by()
     )
-    return dict(rows)
+    counts = dict(rows)
+    names = JobDefinition.objects.using(alias).filter(pk__in=counts).values_list("pk", "name")
+    return {name: counts[pk] for pk, name in names}
 
 
 def estimated_rows(alias: str, model: type[Model]) -> int | None:

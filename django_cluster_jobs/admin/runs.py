@@ -149,16 +149,18 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
 
     def get_search_results(self, request, queryset, search_term):
         # Django's search would OR a join on the job's name with the runs' own columns, which no
-        # index serves: match the job names first, then ask for runs by indexed columns only.
-        # The key is looked up per job, on the unique (job, key) index.
+        # index serves: match the job names first (the job table is short); a term no job's
+        # name contains is a run's key (looked up per job, on the unique (job, key) index) or
+        # a node.
         term = search_term.strip()
         if not term:
             return queryset, False
         jobs = list(ledger(JobDefinition).values_list("pk", "name"))
         named = [pk for pk, name in jobs if term.casefold() in name.casefold()]
+        if named:
+            return queryset.filter(job_id__in=named), False
         every = [pk for pk, _name in jobs]
-        found = Q(job_id__in=named) | Q(job_id__in=every, key=term) | Q(node=term)
-        return queryset.filter(found), False
+        return queryset.filter(Q(job_id__in=every, key=term) | Q(node=term)), False
 
     def get_queryset(self, request):
         elapsed = ExpressionWrapper(

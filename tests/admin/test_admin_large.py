@@ -108,6 +108,9 @@ def plan(queryset) -> str:
     [
         ("newest", "cluster_jobs_run_recent"),
         ("of_job", "cluster_jobs_run_job_recent"),
+        ("of_job_by_id", "cluster_jobs_run_job_id"),
+        ("failed_state", "cluster_jobs_run_failed_recent"),
+        ("last_run", "cluster_jobs_run_job_recent"),
         ("last_failure", "cluster_jobs_run_job_failed"),
         ("recent_failures", "cluster_jobs_run_failed"),
         ("dead_letters", "cluster_jobs_run_dead"),
@@ -120,6 +123,9 @@ def test_the_lists_are_served_by_an_index(runs, name, index):
     queries = {
         "newest": ledger.order_by("-scheduled_at", "-id")[:100],
         "of_job": ledger.filter(job=runs).order_by("-scheduled_at", "-id")[:100],
+        "of_job_by_id": ledger.filter(job=runs).order_by("-id")[:51],
+        "failed_state": ledger.filter(state=RunState.LOST).order_by("-scheduled_at", "-id")[:100],
+        "last_run": ledger.filter(job=runs).scheduled_by(now).newest_first()[:1],
         "last_failure": ledger.filter(job=runs).failures().newest_first()[:1],
         "recent_failures": ledger.failures().filter(finished_at__isnull=False)
         .order_by("-finished_at", "-pk")[:10],
