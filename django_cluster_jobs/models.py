@@ -210,7 +210,7 @@ class JobRunQuerySet(models.QuerySet):
         return self.filter(state__in=FAILURE_STATES)
 
     def newest_first(self) -> JobRunQuerySet:
-        """Latest occurrence first; per job, the ``(job, -scheduled_at)`` index serves it."""
+        """Latest occurrence first; per job, the ``(job, -scheduled_at, -id)`` index serves it."""
         return self.order_by("-scheduled_at", "-pk")
 
     def pks(self) -> Subquery:
@@ -332,7 +332,42 @@ class JobRun(models.Model):
                 name="cluster_jobs_run_lease",
                 condition=Q(state="running"),
             ),
-            models.Index(fields=["job", "-scheduled_at"], name="cluster_jobs_run_job_recent"),
+            # A job's runs newest first, in the exact order every list and "last run" asks for,
+            # so no plan prefers walking the whole ledger's order to find a quiet job's rows;
+            # with the state, a job's last day is counted from the index alone.
+            models.Index(
+                fields=["job", "-scheduled_at", "-id"],
+                include=["state"],
+                name="cluster_jobs_run_job_recent",
+            ),
+            # A job's runs by id, as the API pages them.
+            models.Index(fields=["job", "-id"], name="cluster_jobs_run_job_id"),
+            # The whole ledger newest first (the admin's runs list), and the last day by job and
+            # state from the index alone (the overview's strips).
+            models.Index(
+                fields=["-scheduled_at", "-id"],
+                include=["job", "state"],
+                name="cluster_jobs_run_recent",
+            ),
+            # Failures are few and written once, at their end: these cost a claim nothing, and
+            # serve the failed states' lists, each job's last failure, the recent failures and
+            # the dead letters by job.
+            models.Index(
+                fields=["-scheduled_at", "-id"],
+                name="cluster_jobs_run_failed_recent",
+                condition=Q(state__in=FAILURE_STATES),
+            ),
+            models.Index(
+                fields=["job", "-scheduled_at", "-id"],
+                name="cluster_jobs_run_job_failed",
+                condition=Q(state__in=FAILURE_STATES),
+            ),
+            models.Index(
+                fields=["-finished_at", "-id"],
+                name="cluster_jobs_run_failed",
+                condition=Q(state__in=FAILURE_STATES, finished_at__isnull=False),
+            ),
+            models.Index(fields=["job"], name="cluster_jobs_run_dead", condition=Q(state="dead")),
             models.Index(
                 fields=["finished_at"],
                 name="cluster_jobs_run_finished",

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypedDict
 
-from django.db.models import Count, F, Min
+from django.db.models import Count, Min, Model
 
 from .conf import app_settings
 from .coordination import get_vendor
@@ -168,12 +168,11 @@ def _job(job: LastRunIds, now: datetime, runs: Mapping[int | None, Any]) -> dict
 
 
 def _failures(alias: str, limit: int) -> list[dict[str, Any]]:
-    rows = (
-        JobRun.objects.using(alias)
-        .failures()
-        .order_by(F("finished_at").desc(nulls_last=True), "-pk")
-        .values(*RUN_FIELDS, "job__name")[:limit]
-    )
+    # Latest end first, runs without an end last: two reads, so an index serves each.
+    failures = JobRun.objects.using(alias).failures().values(*RUN_FIELDS, "job__name")
+    rows = list(failures.filter(finished_at__isnull=False).order_by("-finished_at", "-pk")[:limit])
+    if len(rows) < limit:
+        rows += failures.filter(finished_at__isnull=True).order_by("-pk")[: limit - len(rows)]
     return [{"job": row["job__name"], **_run(row)} for row in rows]
 
 
@@ -191,11 +190,21 @@ def backlog(alias: str, now: datetime) -> dict[str, tuple[int, float]]:
 
 def dead_letters(alias: str) -> dict[str, int]:
     """Dead-lettered runs kept in the ledger, by job name."""
+    # By job id from the dead letters' own index alone (COUNT(*) reads no other column), then
+    # named: a join here lets the planner read the dead letters once per job.
     rows = (
         JobRun.objects.using(alias)
         .filter(state=RunState.DEAD)
-        .values_list("job__name")
-        .annotate(n=Count("pk"))
+        .values_list("job_id")
+        .annotate(n=Count("*"))
         .order_by()
     )
-    return dict(rows)
+    counts = dict(rows)
+    names = JobDefinition.objects.using(alias).filter(pk__in=counts).values_list("pk", "name")
+    return {name: counts[pk] for pk, name in names}
+
+
+def estimated_rows(alias: str, model: type[Model]) -> int | None:
+    """The database's estimate of the rows of ``model``'s table, where it keeps one (PostgreSQL),
+    else None: what a long list of the whole ledger shows instead of counting it."""
+    return get_vendor(alias).estimated_rows(model._meta.db_table)

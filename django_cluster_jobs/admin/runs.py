@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from django.contrib import admin, messages
-from django.db.models import DurationField, ExpressionWrapper, F
+from django.db.models import DurationField, ExpressionWrapper, F, Q
+from django.utils import timezone
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
@@ -23,6 +26,7 @@ from ..models import (
 from ..permissions import ADMIN, actor, can_view
 from ..wording import interval_text
 from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin
+from .paging import LedgerPaginator
 from .text import as_json, pre, time_column
 
 #: How much of an error's first line the runs list shows.
@@ -44,6 +48,45 @@ class JobFilter(LedgerChoicesFilter):
 
     def lookups(self, request, model_admin):
         return ledger(JobDefinition).values_list("pk", "name")
+
+
+class QueueFilter(admin.SimpleListFilter):
+    """Runs of the jobs of one queue: the jobs are looked up first, so an index on the runs
+    serves the list (the queue is the job's, not the run's)."""
+
+    title, parameter_name = gettext_lazy("queue"), "queue"
+
+    def lookups(self, request, model_admin):
+        queues = ledger(JobDefinition).order_by("queue").values_list("queue", flat=True)
+        return [(queue, queue) for queue in queues.distinct()]
+
+    def queryset(self, request, queryset):
+        if not self.value():
+            return queryset
+        jobs = ledger(JobDefinition).filter(queue=self.value()).values_list("pk", flat=True)
+        return queryset.filter(job_id__in=list(jobs))
+
+
+class ScheduledFilter(admin.SimpleListFilter):
+    """Runs scheduled within a recent span: what a date drill-down would give, without the
+    scan of the whole ledger Django's date hierarchy makes to list its years and months."""
+
+    title, parameter_name = gettext_lazy("scheduled"), "scheduled"
+    SPANS = {
+        "hour": (gettext_lazy("Last hour"), timedelta(hours=1)),
+        "day": (gettext_lazy("Last 24 hours"), timedelta(days=1)),
+        "week": (gettext_lazy("Last 7 days"), timedelta(days=7)),
+        "month": (gettext_lazy("Last 30 days"), timedelta(days=30)),
+    }
+
+    def lookups(self, request, model_admin):
+        return [(key, label) for key, (label, _span) in self.SPANS.items()]
+
+    def queryset(self, request, queryset):
+        span = self.SPANS.get(self.value() or "")
+        if span is None:
+            return queryset
+        return queryset.filter(scheduled_at__gte=timezone.now() - span[1])
 
 
 class NodeFilter(LedgerChoicesFilter):
@@ -97,11 +140,14 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
     # key, outcome, attempt, fence and the other times are on the run's page.
     list_display = ("scheduled", "job", "state", "error_summary", "duration", "node")
     list_display_links = ("scheduled",)
-    list_filter = (JobFilter, "state", "outcome", NodeFilter)
+    list_filter = (JobFilter, "state", "outcome", QueueFilter, NodeFilter, ScheduledFilter)
     list_select_related = ("job",)
-    search_fields = ("job__name", "key", "node")
-    date_hierarchy = "scheduled_at"
-    show_full_result_count = False  # one COUNT(*) of the ledger per page is enough
+    # The search matches job names (in the short job table), keys and nodes exactly; see
+    # get_search_results. No date hierarchy: listing its years and months scans every run.
+    search_fields = ("job__name", "=key", "=node")
+    search_help_text = gettext_lazy("A part of a job's name, or a run's exact key or node.")
+    show_full_result_count = False
+    paginator = LedgerPaginator
     inlines = (RunEventInline, RunLogInline)
     actions = ("cancel_runs", "replay_runs")
     object_actions = (
@@ -130,6 +176,21 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
     started = time_column(JobRun, "started_at")
     finished = time_column(JobRun, "finished_at")
     lease_expires = time_column(JobRun, "lease_expires_at")
+
+    def get_search_results(self, request, queryset, search_term):
+        # Django's search would OR a join on the job's name with the runs' own columns, which no
+        # index serves: match the job names first (the job table is short); a term no job's
+        # name contains is a run's key (looked up per job, on the unique (job, key) index) or
+        # a node.
+        term = search_term.strip()
+        if not term:
+            return queryset, False
+        jobs = list(ledger(JobDefinition).values_list("pk", "name"))
+        named = [pk for pk, name in jobs if term.casefold() in name.casefold()]
+        if named:
+            return queryset.filter(job_id__in=named), False
+        every = [pk for pk, _name in jobs]
+        return queryset.filter(Q(job_id__in=every, key=term) | Q(node=term)), False
 
     def get_queryset(self, request):
         elapsed = ExpressionWrapper(
@@ -244,6 +305,8 @@ class RunEventAdmin(ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
     list_filter = ("kind",)
     list_select_related = ("run__job",)
     search_fields = ("run__job__name", "run__key", "node", "reason")
-    date_hierarchy = "at"
-    ordering = ("-at", "-id")
+    # Newest first by id: events are appended in time order, and the primary key serves it on a
+    # ledger of any size (no date hierarchy, which scans every event to list its dates).
+    ordering = ("-id",)
     show_full_result_count = False
+    paginator = LedgerPaginator

@@ -387,11 +387,15 @@ class RunFilterSerializer(serializers.Serializer):
     def filter(self, runs: QuerySet) -> QuerySet:
         """Return ``runs`` narrowed by the validated filters."""
         lookups = {
-            "job": "job__name",
+            "job": "job_id",
             "state": "state__in",
             "outcome": "outcome__in",
             "node": "node",
             "since": "scheduled_at__gte",
         }
-        given = self.validated_data
+        given = dict(self.validated_data)
+        if "job" in given:
+            # The job's id, not a join on its name: the (job, id) index then pages its runs.
+            jobs = JobDefinition.objects.using(runs.db).filter(name=given["job"])
+            given["job"] = jobs.values_list("pk", flat=True).first()
         return runs.filter(**{lookups[key]: value for key, value in given.items()})

@@ -101,6 +101,12 @@ class Vendor(ABC):
         return whether it was written under the fence, or None to use the portable path."""
         return None
 
+    def estimated_rows(self, table: str) -> int | None:
+        """Return the planner's estimate of the rows in ``table`` (a name from a model's
+        ``_meta``) where the database keeps one, so a large list need not count them; None
+        where it keeps none, or has not measured the table yet."""
+        return None
+
     def notify_pending(self) -> None:  # noqa: B027 - most databases cannot notify: nothing to do
         """Wake idle nodes because a run became pending (where the database notifies)."""
 

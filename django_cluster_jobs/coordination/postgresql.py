@@ -101,6 +101,13 @@ class PostgreSQLVendor(ORMVendor):
             cursor.execute(sql.PG_FINISH, params)
             return bool(cursor.fetchone()[0])
 
+    def estimated_rows(self, table: str) -> int | None:
+        with self.connection.cursor() as cursor:
+            cursor.execute(sql.ROW_ESTIMATE, [table])
+            row = cursor.fetchone()
+        # reltuples is -1 until the table is first vacuumed or analysed (PostgreSQL 14+).
+        return int(row[0]) if row is not None and row[0] >= 0 else None
+
     def notify_pending(self) -> None:
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, '')", [PENDING_CHANNEL])

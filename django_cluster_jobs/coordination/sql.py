@@ -219,3 +219,7 @@ SELECT %s, %s, CASE WHEN EXISTS (SELECT 1 FROM u) THEN %s ELSE 'fenced_out' END,
        CASE WHEN EXISTS (SELECT 1 FROM u) THEN %s ELSE %s END
 RETURNING kind <> 'fenced_out'
 """
+
+# The planner's estimate of a table's rows, kept by VACUUM, ANALYZE and autovacuum: what a long
+# list shows instead of a COUNT(*) of the whole table. Parameter: the table's name.
+ROW_ESTIMATE = "SELECT reltuples FROM pg_class WHERE oid = to_regclass(%s)"

@@ -347,11 +347,12 @@ def test_run_page_shows_traceback_payload_and_timeline(admin_client, ledger):
 @pytest.mark.parametrize(
     ("query", "keys"),
     [("state__exact=failed", {"k-failed"}), ("outcome__exact=manual", {"k-manual"}),
-     ("node=node-b", {"k-manual"}), ("q=k-fai", {"k-failed"}), ("q=other", {"k-manual"}),
+     ("node=node-b", {"k-manual"}), ("q=k-failed", {"k-failed"}), ("q=other", {"k-manual"}),
+     ("q=node-b", {"k-manual"}), ("queue=reports", {"k-manual"}),
      ("scheduled_at__year=2025", {"k-old"})],
 )  # fmt: skip
 def test_run_filters_and_search(admin_client, query, keys):
-    other = JobDefinitionFactory(name="other")
+    other = JobDefinitionFactory(name="other", queue="reports")
     JobRunFactory(key="k-failed", state=RunState.FAILED, node="node-a")
     JobRunFactory(job=other, key="k-manual", outcome="manual", node="node-b")
     JobRunFactory(key="k-old", scheduled_at=datetime(2025, 6, 1, tzinfo=UTC))
