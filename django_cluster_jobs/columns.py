@@ -193,7 +193,7 @@ def cron(expr: str) -> str | None:
             "would compute other occurrences; write the minutes and hours out"
         )
     try:
-        schedules.Cron(expr)
+        schedules.from_fields(schedules.Cron.kind, expr)
     except ImproperlyDeclared as exc:
         return exc.hint
     except Exception as exc:  # whatever croniter makes of an odd expression

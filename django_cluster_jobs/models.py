@@ -106,6 +106,16 @@ class JobDefinition(models.Model):
             "refused, so occurrences after a change follow the new definition only."
         ),
     )
+    next_to_settle = models.DateTimeField(
+        null=True,
+        editable=False,
+        db_index=True,
+        help_text=_(
+            "The first occurrence after settled_through that the leader may have to settle "
+            "(9999-12-31: none); the leader's catch-up reads only the jobs it has reached. "
+            "Empty until computed."
+        ),
+    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -12,6 +12,7 @@ once.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import ClassVar
@@ -279,10 +280,14 @@ def _check_interval(name: str, interval: object) -> timedelta:
     return interval
 
 
+@functools.lru_cache(maxsize=4096)
 def from_fields(
     kind: str, cron: str = "", tz: str = "UTC", interval: timedelta | None = None
 ) -> Schedule:
-    """Build a schedule from the columns of a JobDefinition row."""
+    """Build a schedule from the columns of a JobDefinition row.
+
+    Schedules are immutable values, so the same columns share one (a node loading many jobs
+    parses each distinct cron expression once); what cannot be built raises every time."""
     if kind == Cron.kind:
         return Cron(cron, tz or "UTC")
     if kind == Every.kind:

@@ -3,10 +3,18 @@
 A node claims an occurrence only while it is at most ``MISFIRE_GRACE`` late, and plans each job
 from the later of the job's ``settled_through`` mark and its own start. So once an occurrence is
 older than :func:`horizon`, no node will still claim it, and the leader settles it: at each chore
-pass, in the fenced chores transaction, it reads every registered definition (locked), settles
-(mark, horizon] by the job's misfire policy through the claim gate and moves the mark to the
-horizon (see :mod:`django_cluster_jobs.ledger.settle`). A pass costs O(jobs + new occurrences);
-whichever node leads after an outage finds the gap at the mark, whatever rows remain.
+pass, in the fenced chores transaction, it reads the definitions that have an occurrence to
+settle by the horizon (locked), settles (mark, horizon] by the job's misfire policy through the
+claim gate and moves the mark to the horizon (see :mod:`django_cluster_jobs.ledger.settle`).
+
+Each definition stores the first occurrence after its mark that may need settling
+(``next_to_settle``, indexed; every move of the mark computes it again), so a pass reads only the
+jobs whose next occurrence the horizon has reached: it costs O(those jobs + new occurrences),
+whatever the number of jobs that have nothing to settle. Their marks stay behind, which is safe
+(claims are refused at or before the mark, never after it) until a pass of everything moves
+them: the first pass of a new leader, and the one before each purge (which deletes only rows
+at or before their job's mark). Whichever node leads after an outage finds the gap at the mark,
+whatever rows remain.
 
 Each pass that settles anything adds one ``caught_up`` cluster event; ``run_missed`` and
 ``run_skipped`` are sent once the pass commits, for the rows it wrote itself.
@@ -20,7 +28,7 @@ from collections.abc import Collection
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Max, Min
+from django.db.models import Max, Min, Q
 
 from .. import signals
 from ..conf import app_settings
@@ -63,29 +71,42 @@ def horizon(alias: str, now: datetime, leader: str) -> datetime:
 
 
 def catch_up(
-    alias: str, jobs: Collection[str], leader: str, now: datetime, fence: int | None = None
+    alias: str,
+    jobs: Collection[str],
+    leader: str,
+    now: datetime,
+    fence: int | None = None,
+    *,
+    everything: bool = True,
 ) -> int:
     """Settle every job whose callable is in ``jobs`` up to the horizon; return rows written.
 
-    Call inside the leader's fenced chores transaction (it opens its own otherwise).
+    With ``everything`` False only the jobs that have an occurrence to settle are read (their
+    ``next_to_settle`` is at or before the horizon, or unknown): the others' marks stay where
+    they are until a pass of everything moves them. Call inside the leader's fenced chores
+    transaction (it opens its own otherwise).
     """
     with transaction.atomic(using=alias):
         until = horizon(alias, now, leader)
-        definitions = _definitions(alias, until)
+        definitions = _definitions(alias, until, everything)
         # A job whose code no node has (orphaned) can run nothing: its occurrences are not due.
-        orphaned = {d.pk for d in definitions if d.callable_name not in jobs}
-        runnable = [d for d in definitions if d.pk not in orphaned]
+        orphaned = [d for d in definitions if d.callable_name not in jobs]
+        runnable = [d for d in definitions if d.callable_name in jobs]
         settled = settle(alias, runnable, until, now, decider=leader)
-        advance(alias, sorted(orphaned), until)
+        advance(alias, orphaned, until)
         _record(alias, settled, now, leader, fence)
         _announce(alias, settled, leader)
     _warn(settled, leader)
     return sum(len(s.written) for s in settled)
 
 
-def _definitions(alias: str, until: datetime) -> list[JobDefinition]:
-    """The definitions not yet settled through ``until``, locked against changes."""
+def _definitions(alias: str, until: datetime, everything: bool) -> list[JobDefinition]:
+    """The definitions not yet settled through ``until`` (with ``everything`` False, only those
+    with an occurrence to settle by then), locked against changes."""
     rows = JobDefinition.objects.using(alias).filter(settled_through__lt=until)
+    if not everything:
+        reached = Q(next_to_settle__isnull=True) | Q(next_to_settle__lte=until)
+        rows = rows.filter(reached)
     features = transaction.get_connection(alias).features
     if features.has_select_for_update:
         rows = rows.select_for_update(no_key=features.has_select_for_no_key_update)

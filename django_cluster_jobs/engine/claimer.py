@@ -41,8 +41,9 @@ class Claimer:
     def __init__(self, host: ClaimerHost) -> None:
         self.host = host
         self.planner = Planner()
-        #: The jobs this node fires, by name.
+        #: The jobs this node fires, by name, and by definition id.
         self.planned: dict[str, Planned] = {}
+        self.by_pk: dict[int, Planned] = {}
         #: This node's start in cluster time: it plans each job from the later of the job's mark
         #: and what it collected of it, or this instant.
         self.started_at: datetime | None = None
@@ -60,11 +61,27 @@ class Claimer:
     def replan(self, planned: dict[str, Planned], now: datetime) -> None:
         """Plan these jobs again, each from :meth:`plan_from`."""
         self.planned = planned
+        self.by_pk = {job.definition.pk: job for job in planned.values()}
         self.planner.clear()
         for job in planned.values():
-            due = self._first_due(job, now)
-            if due is not None:
-                self.planner.push(due, job.name)
+            self._plan_first(job, now)
+
+    def replan_changed(self, changed: dict[str, Planned], dropped: set[str], now: datetime) -> None:
+        """Plan again only the jobs that changed (each from :meth:`plan_from`), and stop
+        planning the ``dropped`` ones; every other job keeps its place in the plan."""
+        for name in dropped | changed.keys():
+            self.planner.forget(name)
+            gone = self.planned.pop(name, None)
+            if gone is not None:
+                self.by_pk.pop(gone.definition.pk, None)
+        for job in changed.values():
+            self.planned[job.name] = self.by_pk[job.definition.pk] = job
+            self._plan_first(job, now)
+
+    def _plan_first(self, job: Planned, now: datetime) -> None:
+        due = self._first_due(job, now)
+        if due is not None:
+            self.planner.push(due, job.name)
 
     def plan_from(self, planned: Planned) -> datetime:
         """Where this node plans a job from: after the job's mark (what is settled or was due
@@ -304,7 +321,7 @@ class Claimer:
         self._skip(planned, claim.key, Refusal.CHANGED)
         collected = self.collected.get(planned.name, claim.scheduled_at)
         self.collected[planned.name] = min(collected, claim.scheduled_at - _INSTANT)
-        self.host.request_reload()
+        self.host.request_reload({planned.name})
 
     def _record_skip(
         self, planned: Planned, claim: Claim, now: datetime, reason: str, counter: str

@@ -217,6 +217,9 @@ class Leader:
                 return False
             node_id, dead_after = self.node.node_id, timedelta(seconds=app_settings.DEAD_AFTER)
             reaped, purged, dead = 0, 0, list[str]()
+            # With each purge (a new leader's first chores among them) the catch-up passes over
+            # every job, moving the marks of those with nothing to settle too.
+            everything = PURGE in which and self._purge_due(now)
             if REAP in which:
                 reaped = self._chore(REAP, lambda: chores.reap_expired(now, node_id), 0)
             if DEAD_NODES in which:
@@ -227,7 +230,8 @@ class Leader:
                 purged = self._chore(PURGE, lambda: self._purge(now), 0)
             if CATCH_UP in which:
                 names, fence = self.node.job_names(), held.fence
-                self._chore(CATCH_UP, lambda: catch_up(self.alias, names, node_id, now, fence), 0)
+                self._chore(CATCH_UP, lambda: catch_up(self.alias, names, node_id, now, fence,
+                                                       everything=everything), 0)  # fmt: skip
                 period = CATCH_UP_EVERY * app_settings.HEARTBEAT_INTERVAL
                 self._next_catch_up = self.monotonic() + period
             self._record_chores(now, held.fence, reaped, purged)

@@ -13,7 +13,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
@@ -36,7 +36,7 @@ from .health import NodeHealth
 from .heartbeat import HeartbeatThread
 from .leader import Leader, LeaderThread
 from .periodic import PeriodicThread
-from .planner import Planned, load_planned
+from .planner import Definitions, Planned
 from .presence import LocalPresence, SessionPresence, process_alive, process_token
 from .registration import previous_registration, register, set_status, sync_definitions
 from .runner import Runner
@@ -101,6 +101,11 @@ class Node:
         self.failure = ""
         self._stopping = threading.Event()
         self._reload = threading.Event()
+        #: What the loop's next reload covers: every job (after a failed tick), or the changed
+        #: definitions and these jobs.
+        self._reload_all = False
+        self._reload_jobs: set[str] = set()
+        self.definitions = Definitions(self.ledger.alias, self.registry)
         self._registered = time.monotonic()
         #: What the probes read (observe.probes), stamped by the loop and the lifecycle.
         self.health = NodeHealth(self)
@@ -166,7 +171,9 @@ class Node:
     def job_names(self) -> list[str]:
         return self.registry.names()
 
-    def request_reload(self) -> None:
+    def request_reload(self, jobs: Collection[str] = ()) -> None:
+        """Re-plan at the next tick the definitions that changed, and ``jobs``."""
+        self._reload_jobs.update(jobs)
         self._reload.set()
         self.wake.set()
 
@@ -350,11 +357,21 @@ class Node:
 
     # -- the loop -----------------------------------------------------------------------------
 
-    def reload(self) -> None:
-        """Reload definitions from the database and re-plan every job this node can run."""
-        loaded = load_planned(self.ledger.alias, self.registry)
-        here = {n: p for n, p in loaded.items() if p.runs_here(self.tags)}
-        self.claimer.replan(here, self.clock.now())
+    def reload(self, *, everything: bool = True) -> None:
+        """Reload definitions from the database and re-plan the jobs this node can run: every
+        one, or with ``everything`` False only those whose definition changed since the last
+        load (and those a claim asked for)."""
+        if everything:
+            loaded = self.definitions.load()
+            here = {n: p for n, p in loaded.items() if p.runs_here(self.tags)}
+            self.claimer.replan(here, self.clock.now())
+            self._reload_all = False
+        else:
+            changes = self.definitions.changes(also=set(self._reload_jobs))
+            here = {n: p for n, p in changes.planned.items() if p.runs_here(self.tags)}
+            dropped = changes.dropped | (changes.planned.keys() - here.keys())
+            self.claimer.replan_changed(here, dropped, self.clock.now())
+        self._reload_jobs.clear()
         self.health.mark_loaded()
 
     def tick(self) -> None:
@@ -368,12 +385,12 @@ class Node:
         self._supervise()
         try:
             if self._reload.is_set():
-                self.reload()
+                self.reload(everything=self._reload_all)
                 self._reload.clear()
             now = self.clock.now()
             with tracing.claim_span(self.node_id, self.counters):
                 self.claimer.tick(now)
-            self.taker.tick(self.planned, now)
+            self.taker.tick(self.claimer.by_pk, now)
         except DatabaseError as exc:
             release_broken_connections()
             logger.warning("tick of %s failed (fail-closed, retrying next tick): %s",
@@ -381,7 +398,8 @@ class Node:
         except Exception:  # a last resort: each job and run is contained where it is handled
             logger.exception("tick of %s failed; re-planning every job", self.node_id,
                              extra=self.log_extra)  # fmt: skip
-            self.request_reload()  # what this tick popped from the plan is planned again
+            self._reload_all = True  # what this tick popped from the plan is planned again
+            self.request_reload()
             self._stopping.wait(TICK_BACKOFF)
 
     def _sleep(self) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -50,7 +50,7 @@ class ClaimerHost(Logs, Protocol):
         on_done: Callable[[datetime], None] | None = None,
     ) -> None: ...
 
-    def request_reload(self) -> None: ...
+    def request_reload(self, jobs: Collection[str] = ()) -> None: ...
 
 
 class Runs(Protocol):
@@ -74,7 +74,7 @@ class HeartbeatHost(Logs, Protocol):
 
     def request_stop(self, reason: str = "signal") -> None: ...
 
-    def request_reload(self) -> None: ...
+    def request_reload(self, jobs: Collection[str] = ()) -> None: ...
 
     def peers_seen(self, peers: Sequence[Peer]) -> None: ...
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError
@@ -44,12 +45,12 @@ class Taker:
         if self.blocked:
             self.wake()
 
-    def tick(self, planned: dict[str, Planned], now: datetime) -> None:
-        """Take what is due, if it is time to look; then plan the next look."""
+    def tick(self, jobs: Mapping[int, Planned], now: datetime) -> None:
+        """Take what is due of ``jobs`` (by definition id), if it is time to look; then plan
+        the next look."""
         if self.due is None or self.due > now:
             return
         woken = self._woken
-        jobs = {p.definition.pk: p for p in planned.values()}
         free = 0 if self.host.stopping else self.host.free_threads()
         taken, next_due = self._take(jobs, free, now)
         for won in taken:
@@ -59,7 +60,7 @@ class Taker:
             self.wake()  # after its last read; a blocked taker looks when a thread frees up
 
     def _take(
-        self, jobs: dict[int, Planned], free: int, now: datetime
+        self, jobs: Mapping[int, Planned], free: int, now: datetime
     ) -> tuple[list[Won], datetime | None]:
         # A node that polls reads first, so an idle poll writes nothing (on SQLite it takes no
         # writer lock). A listening node looks only when notified or at a known due time, when
@@ -88,7 +89,7 @@ class Taker:
             )  # fmt: skip
             return [], None
 
-    def _take_limited(self, jobs: dict[int, Planned], free: int) -> list[Won]:
+    def _take_limited(self, jobs: Mapping[int, Planned], free: int) -> list[Won]:
         """Take pending runs of jobs with a concurrency or queue limit, one at a time, locked."""
         taken: list[Won] = []
         for pk, planned in jobs.items():

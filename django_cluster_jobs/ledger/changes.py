@@ -13,15 +13,19 @@ code calling ``save()``) goes through :func:`save_definition`:
   up at resume, an edited schedule never fires its past).
 
 Every save and every deletion also counts a change on the ``definitions`` counter, which each
-node reads with its heartbeat to know when to re-plan.
+node reads with its heartbeat to know when to re-plan; every save writes ``updated_at`` (even
+with ``update_fields``), which the node compares with what it loaded to re-plan only the
+definitions that changed.
 
 ``QuerySet.update()`` and ``bulk_create()`` bypass this, as they bypass ``save()``; the library
-never uses them on definitions, and the leader still moves the marks of disabled and paused jobs
+never uses them on definitions, except :func:`create_definitions` (which does what saving each
+new row would), and the leader still moves the marks of disabled and paused jobs
 past what is not due. Running nodes see such a write at their next start.
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Any
@@ -31,7 +35,7 @@ from django.db.models import F
 
 from ..coordination import get_vendor
 from ..models import DEFINITIONS, Counter, JobDefinition
-from .settle import settle
+from .settle import JOBS_PER_QUERY, next_to_settle, settle
 
 #: Columns whose change alters which occurrences are due.
 DUE_FIELDS = (
@@ -63,22 +67,38 @@ def save_definition(
     """Save ``definition`` with ``save`` (Model.save), keeping its mark's invariant."""
     using = kwargs.get("using") or router.db_for_write(JobDefinition, instance=definition)
     kwargs["using"] = using
+    _also_write(kwargs, "updated_at")  # what nodes compare to know which definitions changed
     with transaction.atomic(using=using):
         stored = _locked(using, definition)
         if stored is None:
             if definition.settled_through is None:
                 definition.settled_through = cluster_now(using)
+            definition.next_to_settle = next_to_settle(definition, definition.settled_through)
         elif due_changed(stored, definition, kwargs.get("update_fields")):
             now, what = cluster_now(using), _what(stored, definition)
             cause = f"not claimed before the job was {what}"
             settle(using, [stored], now, now, cause=cause, record_only=what in STOPS)
             definition.settled_through, definition.revision = now, stored.revision + 1
-            _also_write(kwargs, "settled_through", "revision")
+            written = _as_written(stored, definition, kwargs.get("update_fields"))
+            definition.next_to_settle = next_to_settle(written, now)
+            _also_write(kwargs, "settled_through", "revision", "next_to_settle")
         else:  # the leader may have moved the mark since this copy was read: never move it back
             definition.settled_through = stored.settled_through
             definition.revision = stored.revision
+            definition.next_to_settle = stored.next_to_settle
         save(*args, **kwargs)
         definitions_changed(using)
+
+
+def create_definitions(using: str, definitions: list[JobDefinition]) -> None:
+    """Insert new definitions in batched statements, as saving each would: each settled through
+    the cluster time of its creation, one change counted. Call inside a transaction."""
+    now = cluster_now(using)
+    for definition in definitions:
+        definition.settled_through = now
+        definition.next_to_settle = next_to_settle(definition, now)
+    JobDefinition.objects.using(using).bulk_create(definitions, batch_size=JOBS_PER_QUERY)
+    definitions_changed(using)
 
 
 def definitions_changed(using: str) -> None:
@@ -103,6 +123,18 @@ def _locked(using: str, definition: JobDefinition) -> JobDefinition | None:
     if vendor.connection.features.has_select_for_update:
         rows = rows.select_for_update(no_key=vendor.features.no_key_locks)
     return rows.first()
+
+
+def _as_written(
+    stored: JobDefinition, changed: JobDefinition, written: Collection[str] | None
+) -> JobDefinition:
+    """The definition as it will be stored once ``changed`` is saved (only ``written``)."""
+    if written is None:
+        return changed
+    view = copy.copy(stored)
+    for name in written:
+        setattr(view, name, getattr(changed, name))
+    return view
 
 
 def _also_write(kwargs: dict[str, Any], *names: str) -> None:

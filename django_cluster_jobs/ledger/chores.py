@@ -99,9 +99,7 @@ class Chores:
         )
         return dead
 
-    def node_lost(
-        self, node_id: str, process: str, by: str, now: datetime, how: str
-    ) -> int | None:
+    def node_lost(self, node_id: str, process: str, by: str, now: datetime, how: str) -> int | None:
         """Release the running runs of a node whose process ended, at once (not at lease expiry).
 
         ``process`` is the registration seen alive (WorkerNode.process): nothing is done when the

@@ -27,10 +27,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Case, DateTimeField, Q, Value, When
 
 from ..coordination import get_vendor
 from ..exceptions import ClusterJobsError
@@ -57,6 +57,8 @@ SCAN_LIMIT = 10_000
 JOBS_PER_QUERY = 300
 #: Why an occurrence was not claimed, when the leader settles it.
 NOT_FIRED = "no node fired it in time"
+#: ``next_to_settle`` of a job with nothing to settle.
+NEVER = datetime(9999, 12, 31, tzinfo=UTC)
 _INSTANT = timedelta(microseconds=1)
 
 
@@ -83,6 +85,29 @@ class Settled:
     written: list[JobRun]
     #: The oldest occurrence examined when older ones were settled without being examined.
     truncated_at: datetime | None = None
+
+
+def next_to_settle(definition: JobDefinition, mark: datetime | None) -> datetime | None:
+    """Return the first occurrence after ``mark`` that settling the job may have to decide:
+    :data:`NEVER` when it has none (not due: disabled, not placed once in the cluster, not a
+    fixed-instant schedule, paused until resumed), None when it cannot be computed (the
+    leader then looks at the job at every pass)."""
+    if not definition.enabled or definition.placement != Placement.CLUSTER:
+        return NEVER
+    if mark is None:
+        return None
+    paused = definition.paused_until
+    start = mark if paused is None else max(mark, paused - _INSTANT)
+    try:
+        schedule = definition.get_schedule()
+        if not schedule.slotted or start >= NEVER - _INSTANT:
+            return NEVER
+        following = schedule.next_after(start)
+    except OverflowError:  # past the end of the calendar
+        return NEVER
+    except (ClusterJobsError, ValueError, TypeError):
+        return None
+    return NEVER if following is None else min(following, NEVER)
 
 
 def due_start(definition: JobDefinition, until: datetime) -> datetime | None:
@@ -151,7 +176,7 @@ def settle(
         cut = span.occurrences[0] if span.truncated else None
         settled.append(Settled(span.definition, plan, [], cut))
     _write(alias, [s for s in settled if s.plan.runs or s.plan.missed], now, decider, cause)
-    advance(alias, [s.job_id for s in spans if not s.error], until)
+    advance(alias, [s.definition for s in spans if not s.error], until)
     return settled
 
 
@@ -231,13 +256,25 @@ def _events(alias: str, rows: list[JobRun], now: datetime, decider: str) -> None
     )
 
 
-def advance(alias: str, job_ids: list[int], until: datetime) -> None:
+def advance(alias: str, definitions: Sequence[JobDefinition], until: datetime) -> None:
     """Move these jobs' marks forward to ``until`` (never back: a change may have moved one
-    further meanwhile)."""
-    for start in range(0, len(job_ids), JOBS_PER_QUERY):
+    further meanwhile), and their ``next_to_settle`` to the first occurrence after it; one
+    statement per :data:`JOBS_PER_QUERY` jobs."""
+    for start in range(0, len(definitions), JOBS_PER_QUERY):
+        chunk = definitions[start : start + JOBS_PER_QUERY]
+        nexts = {d.pk: next_to_settle(d, until) for d in chunk}
         JobDefinition.objects.using(alias).filter(
-            pk__in=job_ids[start : start + JOBS_PER_QUERY], settled_through__lt=until
-        ).update(settled_through=until)
+            pk__in=list(nexts), settled_through__lt=until
+        ).update(settled_through=until, next_to_settle=_per_job(nexts))
+
+
+def _per_job(values: dict[int, datetime | None]) -> Case | datetime | None:
+    """One value for every job in ``values`` (by id), as an UPDATE sets it."""
+    distinct = set(values.values())
+    if len(distinct) == 1:
+        return distinct.pop()
+    whens = [When(pk=pk, then=Value(at, output_field=DateTimeField())) for pk, at in values.items()]
+    return Case(*whens, output_field=DateTimeField())
 
 
 def rows_of(definition: JobDefinition, plan: Plan, now: datetime, cause: str) -> list[JobRun]:

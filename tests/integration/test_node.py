@@ -201,7 +201,7 @@ def test_a_database_error_anywhere_in_a_tick_does_not_end_the_loop(node, monkeyp
         raise OperationalError("server closed the connection unexpectedly")
 
     replanned(node)  # the fixture's enable() is seen: no reload but the one this test asks for
-    monkeypatch.setattr("django_cluster_jobs.engine.node.load_planned", unreachable)
+    monkeypatch.setattr(node.definitions, "changes", unreachable)
     node.request_reload()
     node.tick()  # the reload fails: logged, not raised
     assert node._reload.is_set(), "the failed reload is retried at the next tick"

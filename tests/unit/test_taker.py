@@ -46,7 +46,7 @@ class Host(SimpleNamespace):
         return []
 
 
-PLANNED = {"a": SimpleNamespace(definition=JobDefinition(pk=1, name="a"))}
+PLANNED = {1: SimpleNamespace(definition=JobDefinition(pk=1, name="a"))}
 
 
 def test_an_announcement_during_a_pass_is_not_lost_with_its_plan():
