@@ -86,6 +86,16 @@ def test_the_overview_shows_nodes_leader_strips_dead_letters_and_queues(admin_cl
     assert 'class="failed"' in response.content.decode()
 
 
+def test_dead_letters_and_queues_link_to_the_runs_a_bulk_action_acts_on(admin_client):
+    job = JobDefinitionFactory(name="alpha", cron="* * * * *", queue="reports")
+    JobRunFactory(job=job, state=RunState.DEAD)
+    JobRunFactory(job=job, state=RunState.PENDING, scheduled_at=timezone.now())
+    page = admin_client.get(OVERVIEW).content.decode()
+    runs = reverse("admin:cluster_jobs_jobrun_changelist")
+    assert f'href="{runs}?job={job.pk}&amp;state__exact=dead">1</a>' in page
+    assert f'href="{runs}?queue=reports&amp;state__exact=pending">reports</a>' in page
+
+
 def test_a_breaker_open_job_comes_first_and_says_so(admin_client):
     JobDefinitionFactory(name="alpha", cron="* * * * *")
     JobDefinitionFactory(

@@ -1,4 +1,5 @@
-"""Runs in the console: the read-only ledger with its timeline, plus cancel and replay."""
+"""Runs in the console: the read-only ledger with its timeline, plus cancel and replay (of the
+runs ticked, or in bulk of every run a filter matches: :mod:`.bulk`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,8 @@ from ..exceptions import ImproperlyDeclared
 from ..models import LIVE_STATES, JobDefinition, JobRun, RunEvent, RunState, WorkerNode
 from ..permissions import ADMIN, actor, can_view
 from ..wording import interval_text
-from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin
+from .base import LedgerDatabaseMixin, ReadOnlyMixin
+from .bulk import BulkRunActionsMixin
 from .text import as_json, pre, time_column
 
 #: How much of an error's first line the runs list shows.
@@ -36,6 +38,14 @@ class JobFilter(LedgerChoicesFilter):
 
     def lookups(self, request, model_admin):
         return ledger(JobDefinition).values_list("pk", "name")
+
+
+class QueueFilter(LedgerChoicesFilter):
+    title, parameter_name, field = gettext_lazy("queue"), "queue", "job__queue"
+
+    def lookups(self, request, model_admin):
+        queues = ledger(JobDefinition).order_by("queue").values_list("queue", flat=True)
+        return [(queue, queue) for queue in queues.distinct()]
 
 
 class NodeFilter(LedgerChoicesFilter):
@@ -62,18 +72,18 @@ class RunEventInline(ReadOnlyMixin, admin.TabularInline):
 
 
 @admin.register(JobRun)
-class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
+class JobRunAdmin(BulkRunActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
     # What an operator scans for at 1366 px (beside the admin's navigation and the filters); the
     # key, outcome, attempt, fence and the other times are on the run's page.
     list_display = ("scheduled", "job", "state", "error_summary", "duration", "node")
     list_display_links = ("scheduled",)
-    list_filter = (JobFilter, "state", "outcome", NodeFilter)
+    list_filter = (JobFilter, QueueFilter, "state", "outcome", NodeFilter)
     list_select_related = ("job",)
     search_fields = ("job__name", "key", "node")
     date_hierarchy = "scheduled_at"
     show_full_result_count = False  # one COUNT(*) of the ledger per page is enough
     inlines = (RunEventInline,)
-    actions = ("cancel_runs", "replay_runs")
+    actions = ("cancel_runs", "replay_runs", "replay_dead_letters", "cancel_pending_runs")
     object_actions = (
         ("cancel_runs", gettext_lazy("Cancel")),
         ("replay_runs", gettext_lazy("Replay")),
