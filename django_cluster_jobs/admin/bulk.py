@@ -135,12 +135,13 @@ class BulkRunActionsMixin(OperatorActionsMixin):
 
     def _confirm(self, request, queryset, matched, name: str):
         across = request.POST.get("select_across") == "1"
+        description = getattr(getattr(self, name), "short_description", name)
         context = {
             **self.admin_site.each_context(request),
-            "title": _("Are you sure?"),
+            "title": description,
             "opts": self.model._meta,
             "action": name,
-            "action_text": getattr(getattr(self, name), "short_description", name),
+            "action_text": description,
             "count": matched.count(),
             "across": across,
             "filters": describe_filter(self.get_changelist_instance(request)) if across else [],

@@ -34,9 +34,11 @@ def overview_view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse
     runs = reverse(f"{model_admin.admin_site.name}:cluster_jobs_jobrun_changelist")
     story = reverse(f"{model_admin.admin_site.name}:cluster_jobs_occurrence")
     ids = dict(ledger(JobDefinition).values_list("name", "pk"))
+    now = datetime.fromisoformat(report["generated_at"])
     for job in report["jobs"]:
         for cell in job["strip"]:
-            last = cell.start + timedelta(hours=1) - timedelta(milliseconds=1)
+            # The current hour's cell tells the latest occurrence so far, not one still to come.
+            last = min(cell.start + timedelta(hours=1) - timedelta(milliseconds=1), now)
             cell.url = f"{story}?{urlencode({'job': job['name'], 'at': _iso(last)})}"
         job["runs_url"] = f"{runs}?{urlencode({'q': job['name']})}"
         dead = {"job": ids.get(job["name"], ""), "state__exact": RunState.DEAD}
