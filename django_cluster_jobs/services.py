@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -40,6 +41,8 @@ logger = logging.getLogger(__name__)
 
 #: ``paused_until`` of a job paused with no end (until resumed).
 FOREVER = datetime(9999, 12, 31, tzinfo=UTC)
+#: Room for a run's reason (the column's length).
+RUN_REASON_LENGTH = JobRun._meta.get_field("reason").max_length or 200
 
 
 def definition_for(name: str, using: str | None = None) -> JobDefinition:
@@ -218,6 +221,34 @@ def request_cancel(run: JobRun, by: str = "", using: str | None = None) -> bool:
     return bool(updated)
 
 
+def cancel_pending(run_ids: Iterable[int], *, by: str = "", using: str | None = None) -> list[int]:
+    """Cancel those of ``run_ids`` that are still pending, before any node takes them; return
+    the ids cancelled.
+
+    One transaction, compare-and-set on the pending state: a run a node took meanwhile (it is
+    running now, or ended) is left as it is, and so is one a node is taking at this moment (its
+    row is locked: skipped, not waited for). Each cancelled run's timeline names who cancelled.
+    """
+    using = using or app_settings.DATABASE
+    reason = f"cancelled before it started by {by or 'an unnamed caller'}"
+    with transaction.atomic(using=using):
+        pending = JobRun.objects.using(using).filter(pk__in=list(run_ids), state=RunState.PENDING)
+        locked = pending.order_by("pk").select_for_update(skip_locked=True)  # in one order
+        rows = list(locked.values_list("pk", "fence"))
+        now = cluster_now(using)
+        JobRun.objects.using(using).filter(
+            pk__in=[pk for pk, _fence in rows], state=RunState.PENDING
+        ).update(state=RunState.CANCELLED, finished_at=now, reason=reason[:RUN_REASON_LENGTH])
+        RunEvent.objects.using(using).bulk_create(
+            RunEvent(run_id=pk, kind=EventKind.CANCELLED, node=by, fence=fence, reason=reason,
+                     at=now)
+            for pk, fence in rows
+        )  # fmt: skip
+    if rows:
+        logger.info("%d pending runs cancelled by %s", len(rows), by, extra={"actor": by})
+    return [pk for pk, _fence in rows]
+
+
 def trigger(
     name: str, payload: dict[str, Any] | None = None, *, by: str = "", using: str | None = None
 ) -> JobRun:
@@ -322,6 +353,22 @@ def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
     )
     transaction.on_commit(get_vendor(using).notify_pending, using=using)
     return fresh
+
+
+def replay_dead_letter(run_id: int, *, by: str = "", using: str | None = None) -> JobRun | None:
+    """Replay a dead-lettered run that was not replayed yet; return its replay, else None.
+
+    The dead run's row is locked while it is checked and replayed, so two operators replaying
+    the same dead letters at once replay each only once. Raises ImproperlyDeclared as
+    :func:`replay` does, with nothing written.
+    """
+    using = using or app_settings.DATABASE
+    with transaction.atomic(using=using):
+        dead = JobRun.objects.using(using).filter(pk=run_id, state=RunState.DEAD)
+        run = dead.select_related("job").select_for_update(of=("self",)).first()
+        if run is None or JobRun.objects.using(using).filter(origin=run).exists():
+            return None
+        return replay(run, by=by, using=using)
 
 
 def set_enabled(

@@ -15,6 +15,7 @@ TIME_ZONE = "UTC"
 ALLOWED_HOSTS = ["*"]
 ROOT_URLCONF = "tests.urls"
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+STATIC_URL = "/static/"
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -22,6 +23,7 @@ INSTALLED_APPS = [
     "django.contrib.contenttypes",
     "django.contrib.sessions",
     "django.contrib.messages",
+    "django.contrib.staticfiles",  # the live server of the browser tests serves the admin's JS
     "rest_framework",
     "drf_spectacular",  # for manage.py spectacular; the API's schema view needs no app
     "django_cluster_jobs",

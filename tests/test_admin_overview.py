@@ -87,6 +87,27 @@ def test_the_overview_shows_nodes_leader_strips_dead_letters_and_queues(admin_cl
     assert 'class="failed"' in response.content.decode()
 
 
+def test_dead_letters_and_queues_link_to_the_runs_a_bulk_action_acts_on(admin_client):
+    job = JobDefinitionFactory(name="alpha", cron="* * * * *", queue="reports")
+    JobRunFactory(job=job, state=RunState.DEAD)
+    JobRunFactory(job=job, state=RunState.PENDING, scheduled_at=timezone.now())
+    page = admin_client.get(OVERVIEW).content.decode()
+    runs = reverse("admin:cluster_jobs_jobrun_changelist")
+    assert f'href="{runs}?job={job.pk}&amp;state__exact=dead">1</a>' in page
+    assert f'href="{runs}?queue=reports&amp;state__exact=pending">reports</a>' in page
+
+
+def test_the_current_hour_tells_the_latest_occurrence_so_far(admin_client):
+    JobDefinitionFactory(name="alpha", cron="* * * * *")
+    response = admin_client.get(OVERVIEW)
+    report = response.context["report"]
+    current, earlier = report["jobs"][0]["strip"][-1], report["jobs"][0]["strip"][-2]
+    now = datetime.fromisoformat(report["generated_at"]).astimezone(UTC)
+    at = now.isoformat().replace("+00:00", "Z").replace(":", "%3A")
+    assert current.url.endswith(f"at={at}")
+    assert earlier.url.endswith(f"at={earlier.start:%Y-%m-%dT%H}%3A59%3A59.999000Z")
+
+
 def test_a_breaker_open_job_comes_first_and_says_so(admin_client):
     JobDefinitionFactory(name="alpha", cron="* * * * *")
     JobDefinitionFactory(

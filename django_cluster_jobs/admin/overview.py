@@ -15,7 +15,7 @@ from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
 from ..conf import app_settings, ledger
-from ..models import JobDefinition
+from ..models import JobDefinition, RunState
 from ..overview import HOURS, cluster_overview, occurrence_story
 
 
@@ -33,11 +33,19 @@ def overview_view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse
     report = cluster_overview(app_settings.DATABASE)
     runs = reverse(f"{model_admin.admin_site.name}:cluster_jobs_jobrun_changelist")
     story = reverse(f"{model_admin.admin_site.name}:cluster_jobs_occurrence")
+    ids = dict(ledger(JobDefinition).values_list("name", "pk"))
+    now = datetime.fromisoformat(report["generated_at"])
     for job in report["jobs"]:
         for cell in job["strip"]:
-            last = cell.start + timedelta(hours=1) - timedelta(milliseconds=1)
+            # The current hour's cell tells the latest occurrence so far, not one still to come.
+            last = min(cell.start + timedelta(hours=1) - timedelta(milliseconds=1), now)
             cell.url = f"{story}?{urlencode({'job': job['name'], 'at': _iso(last)})}"
         job["runs_url"] = f"{runs}?{urlencode({'q': job['name']})}"
+        dead = {"job": ids.get(job["name"], ""), "state__exact": RunState.DEAD}
+        job["dead_letters_url"] = f"{runs}?{urlencode(dead)}"
+    for queue in report["queues"]:
+        waiting = {"queue": queue["queue"], "state__exact": RunState.PENDING}
+        queue["runs_url"] = f"{runs}?{urlencode(waiting)}"
     context.update(report=report, hours=HOURS, story_url=story)
     return TemplateResponse(request, "admin/cluster_jobs/overview.html", context)
 

@@ -1,4 +1,5 @@
-"""Runs in the console: the read-only ledger with its timeline, plus cancel and replay."""
+"""Runs in the console: the read-only ledger with its timeline, plus cancel and replay (of the
+runs ticked, or in bulk of every run a filter matches: :mod:`.bulk`)."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ from ..models import (
 )
 from ..permissions import ADMIN, actor, can_view
 from ..wording import interval_text
-from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin
+from .base import LedgerDatabaseMixin, ReadOnlyMixin
+from .bulk import BulkRunActionsMixin
 from .paging import LedgerPaginator
 from .text import as_json, pre, time_column
 
@@ -135,7 +137,7 @@ class RunLogInline(RunPartInline):
 
 
 @admin.register(JobRun)
-class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
+class JobRunAdmin(BulkRunActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin.ModelAdmin):
     # What an operator scans for at 1366 px (beside the admin's navigation and the filters); the
     # key, outcome, attempt, fence and the other times are on the run's page.
     list_display = ("scheduled", "job", "state", "error_summary", "duration", "node")
@@ -149,7 +151,7 @@ class JobRunAdmin(OperatorActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admi
     show_full_result_count = False
     paginator = LedgerPaginator
     inlines = (RunEventInline, RunLogInline)
-    actions = ("cancel_runs", "replay_runs")
+    actions = ("cancel_runs", "replay_runs", "replay_dead_letters", "cancel_pending_runs")
     object_actions = (
         ("cancel_runs", gettext_lazy("Cancel")),
         ("replay_runs", gettext_lazy("Replay")),

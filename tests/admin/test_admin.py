@@ -9,7 +9,6 @@ import pytest
 from django import forms
 from django.contrib.admin import site
 from django.contrib.admin.models import LogEntry
-from django.contrib.auth.models import Permission, User
 from django.contrib.contenttypes.models import ContentType
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
@@ -82,20 +81,6 @@ def ledger():
                                         node="node-a", fence=4, detail="became leader")  # fmt: skip
     return {"jobdefinition": job, "jobrun": run, "workernode": node, "lease": lease,
             "runevent": run.events.first(), "clusterevent": event}  # fmt: skip
-
-
-@pytest.fixture
-def staff(client):
-    """Log ``client`` in as a staff user who may view everything, plus ``codenames``."""
-
-    def login(*codenames: str):
-        user = User.objects.create_user("operator", is_staff=True)
-        perms = Permission.objects.filter(codename__startswith="view_")
-        user.user_permissions.set([*perms, *Permission.objects.filter(codename__in=codenames)])
-        client.force_login(user)
-        return client
-
-    return login
 
 
 @pytest.fixture
