@@ -308,6 +308,7 @@ def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
         args=run.args,
         kwargs=run.kwargs,
         origin=run,
+        instance=_instance_of(run, using),
         created_at=now,
         reason=f"replay of run {run.pk}",
     )
@@ -320,6 +321,15 @@ def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
     )
     transaction.on_commit(get_vendor(using).notify_pending, using=using)
     return fresh
+
+
+def _instance_of(run: JobRun, using: str) -> int | None:
+    """The workflow instance a replay of ``run`` belongs to, so that its success resumes the
+    instance: the run's own, or the run itself when it is a root's run; None outside one."""
+    if run.instance is not None:
+        return run.instance
+    leads = JobDefinition.objects.using(using).dependents_of(run.job.name).exists()
+    return run.pk if leads else None
 
 
 def set_enabled(

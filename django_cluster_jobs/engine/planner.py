@@ -25,6 +25,8 @@ class Planned:
     definition: JobDefinition
     job: Job
     schedule: Schedule
+    #: Other jobs wait for this one: its end decides them in the same transaction.
+    leads: bool = False
 
     @property
     def name(self) -> str:
@@ -40,7 +42,9 @@ def load_planned(alias: str, registry: Registry) -> dict[str, Planned]:
     by name. An unusable row is left out and logged with its problem, once per change of it;
     every other job is planned (see :func:`problems`)."""
     planned = {}
-    for definition in _rows(alias):
+    rows = _rows(alias)
+    leading = {name for row in rows if isinstance(row.after, list) for name in row.after}
+    for definition in rows:
         if definition.callable_name not in registry:
             continue
         found = problems(definition)
@@ -48,7 +52,10 @@ def load_planned(alias: str, registry: Registry) -> dict[str, Planned]:
             _report(definition, found)
             continue
         job = registry.get(definition.callable_name)
-        planned[definition.name] = Planned(definition, job, definition.get_schedule())
+        schedule = definition.get_schedule()
+        planned[definition.name] = Planned(
+            definition, job, schedule, leads=definition.name in leading
+        )
     return planned
 
 
