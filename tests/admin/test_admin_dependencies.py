@@ -10,7 +10,7 @@ import pytest
 from django.urls import reverse
 
 from django_cluster_jobs import services
-from django_cluster_jobs.models import JobRun, Outcome, RunState
+from django_cluster_jobs.models import JobDefinition, JobRun, Outcome, RunState
 from tests.admin.pages import page, url
 
 pytestmark = pytest.mark.django_db
@@ -69,3 +69,32 @@ def test_the_job_page_lists_its_predecessors_and_dependents(admin_client):
     runs_before = html.split("Runs before", 1)[1].split("</p>", 1)[0]
     assert ">tests.flow_root</a>" in runs_after
     assert ">tests.flow_d</a>" in runs_before
+
+
+@pytest.mark.parametrize(
+    ("after", "says"),
+    [('["tests.flow_d", "db.nowhere"]', "no job named 'db.nowhere'"),
+     ('["tests.flow_d"]', None),
+     ('"tests.flow_d"', "list the names of the jobs")],
+)  # fmt: skip
+def test_the_job_form_refuses_an_unknown_predecessor_through_the_one_validator(
+    admin_client, after, says
+):
+    from tests.admin.test_admin import add_job
+
+    services.definition_for("tests.flow_d")
+    response = add_job(admin_client, schedule_kind="on_demand", cron="", after=after)
+    if says is None:
+        assert response.status_code == 302
+        assert JobDefinition.objects.get(name="nightly").after == ["tests.flow_d"]
+    else:
+        assert says in " ".join(response.context["adminform"].form.errors["after"])
+
+
+def test_the_job_form_refuses_a_cycle_through_the_job_naming_its_path(admin_client):
+    from tests.admin.test_admin import add_job
+
+    JobDefinition.objects.create(name="db.first", callable_name="tests.manual", after=["nightly"])
+    response = add_job(admin_client, schedule_kind="on_demand", cron="", after='["db.first"]')
+    errors = " ".join(response.context["adminform"].form.errors["after"])
+    assert "nightly -> db.first -> nightly" in errors or "db.first -> nightly -> db.first" in errors
