@@ -40,6 +40,8 @@ PAUSE_REASON_MAX_LENGTH = 200
 KEY_MAX_LENGTH = 200
 #: Node tags in ``requires``: how many, and how long each.
 TAGS_MAX = 100
+#: Most predecessors one job waits for (each success reads them all, in one query).
+AFTER_MAX = 100
 TAG_MAX_LENGTH = 100
 
 #: A job's name is what the API's URLs route (``/jobs/<name>/``) and the admin, logs and metrics

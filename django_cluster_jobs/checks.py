@@ -303,3 +303,47 @@ def check_database(
     from .dbchecks import check_database as check
 
     return check(databases)
+
+
+def _dependency_errors(problems: list[Any], check_id: str) -> list[checks.CheckMessage]:
+    return [
+        checks.Error(
+            f"Job {p.job!r}: invalid after {shown(p.value)}: {p.hint}",
+            hint="Fix the job's after= (its predecessors), in its @job declaration or in the "
+            "admin; until then the jobs it names never queue it.",
+            id=check_id,
+        )
+        for p in problems
+    ]
+
+
+def _code_graph() -> tuple[dict[str, list[str]], set[str]]:
+    from .registry import registry
+
+    jobs = list(registry)
+    return {j.name: list(j.after) for j in jobs if j.after}, {j.name for j in jobs}
+
+
+@checks.register()
+def check_code_dependencies(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """cluster_jobs.E006: a code job waits for an unknown job, or its dependencies make a cycle."""
+    from .validation import graph_errors
+
+    graph, known = _code_graph()
+    return _dependency_errors(graph_errors(graph, known), "cluster_jobs.E006")
+
+
+@checks.register(checks.Tags.database)
+def check_stored_dependencies(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """cluster_jobs.E007: with the database-defined jobs, a predecessor is unknown or the
+    dependencies make a cycle (what E006 already says of code jobs alone is not repeated)."""
+    from .validation import graph_errors
+
+    graph, known = _code_graph()
+    alone = {str(p) for p in graph_errors(graph, known)}
+    for row in _stored():
+        known.add(row.name)
+        if row.source == "database" and isinstance(row.after, list) and row.after:
+            graph[row.name] = row.after
+    found = [p for p in graph_errors(graph, known) if str(p) not in alone]
+    return _dependency_errors(found, "cluster_jobs.E007")

@@ -73,6 +73,7 @@ class Outcome(models.TextChoices):
     CATCH_UP = "catch_up", _("catch-up")
     MISSED = "missed", _("missed")
     REPLAY = "replay", _("replay")
+    AFTER = "after", _("after its predecessors")
 
 
 #: The kinds whose runs fire on their own, with the definition's payload alone.

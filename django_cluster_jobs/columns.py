@@ -150,6 +150,22 @@ def requires(value: Any) -> str | None:
     return f"{TAGS_HINT}; {faults[0]}" if faults else None
 
 
+AFTER_HINT = "list the names of the jobs that must succeed first, like ['pipeline.extract']"
+
+
+def after(value: Any) -> str | None:
+    """A list (or tuple) of distinct job names: the predecessors."""
+    if not isinstance(value, list | tuple):
+        return AFTER_HINT
+    if len(value) > b.AFTER_MAX:
+        return f"{AFTER_HINT}, at most {b.AFTER_MAX} of them"
+    faults = [f"the name {n!r}: {hint}" for n in value if (hint := name(n))]
+    if faults:
+        return f"{AFTER_HINT}; {faults[0]}"
+    twice = sorted({n for n in value if value.count(n) > 1})
+    return f"name each predecessor once ({', '.join(twice)} is given twice)" if twice else None
+
+
 def backoff(value: Any) -> str | None:
     """A dict of kind, base, factor and cap (each optional)."""
     keys = ", ".join(b.BACKOFF_KEYS)
@@ -234,6 +250,7 @@ RULES: dict[str, Rule] = {
     "queue": text(b.QUEUE_MAX_LENGTH),
     "max_concurrency": whole(1, b.COUNT_MAX, optional=True),
     "requires": requires,
+    "after": after,
     "payload": lambda value: None,  # payloads.cleaned checks it, and binds it to the handler
     "enabled": boolean,
     "paused_until": moment,

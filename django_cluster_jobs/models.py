@@ -29,6 +29,17 @@ class JobDefinitionQuerySet(models.QuerySet):
         """Jobs their circuit breaker holds paused at ``now``."""
         return self.filter(pause_cause=PauseCause.BREAKER, paused_until__gt=now)
 
+    def predecessors(self) -> dict[str, list[str]]:
+        """Each stored job that waits for others, by name, with its predecessors' names."""
+        rows = self.values_list("name", "after")
+        return {name: list(after) for name, after in rows if isinstance(after, list) and after}
+
+    def dependents_of(self, name: str) -> JobDefinitionQuerySet:
+        """The jobs that name ``name`` among their predecessors (read from the small table of
+        definitions, the way every database can: JSON containment is not portable)."""
+        names = [job for job, after in self.predecessors().items() if name in after]
+        return self.filter(name__in=names)
+
     def with_last_runs(self, now: datetime) -> JobDefinitionQuerySet:
         """Annotate the ids of each job's last run by ``now``, last success and last failure."""
         runs = JobRun.objects.filter(job_id=OuterRef("pk"))
@@ -79,6 +90,14 @@ class JobDefinition(models.Model):
     queue = models.CharField(max_length=100, default="default")
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)
     requires = models.JSONField(default=list, blank=True)
+    after = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_(
+            "Names of the jobs that must succeed first, within one workflow instance; the job "
+            "then runs on demand only (its predecessors' successes queue it)."
+        ),
+    )
     payload = models.JSONField(default=dict, blank=True)
     enabled = models.BooleanField(default=True)
     paused_until = models.DateTimeField(null=True, blank=True)
@@ -205,6 +224,7 @@ class Cause(models.TextChoices):
     HANDED_BACK = "handed_back", _("handed back by a stopping node")
     NODE_LOST = "node_lost", _("its node's process ended")
     BUFFERED = "buffered", _("buffered behind a live run")
+    UPSTREAM = "upstream", _("a predecessor ended without success")
 
 
 class JobRunQuerySet(models.QuerySet):
@@ -229,6 +249,10 @@ class JobRunQuerySet(models.QuerySet):
 
     def due(self, now):
         return self.filter(state=RunState.PENDING, due_at__lte=now)
+
+    def in_instance(self, instance: int) -> JobRunQuerySet:
+        """The runs of one workflow instance: its root's run and every run that carries its id."""
+        return self.filter(Q(pk=instance) | Q(instance=instance))
 
     def expired(self, now):
         return self.filter(state=RunState.RUNNING, lease_expires_at__lt=now)
@@ -307,6 +331,9 @@ class JobRun(models.Model):
         related_name="followers",
         db_index=False,
     )
+    #: The workflow instance a dependent run belongs to: the id of the run of the root job whose
+    #: occurrence started it (a root's own run leaves it empty: its id is the instance's).
+    instance = models.BigIntegerField(null=True, blank=True, editable=False)
     created_at = models.DateTimeField()
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
@@ -386,6 +413,7 @@ class JobRun(models.Model):
             models.Index(
                 fields=["origin"], name="cluster_jobs_run_origin", condition=Q(origin__isnull=False)
             ),
+            models.Index(fields=["instance"], name="cluster_jobs_run_instance"),
         ]
 
     def __str__(self) -> str:

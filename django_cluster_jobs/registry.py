@@ -35,7 +35,7 @@ if TYPE_CHECKING:
 COLUMN_OPTIONS = (
     "placement", "delivery", "overlap", "misfire", "catch_up_window", "catch_up_limit",
     "max_attempts", "backoff", "breaker_threshold", "breaker_cooldown", "timeout", "executor",
-    "priority", "queue", "max_concurrency", "requires", "payload", "enabled",
+    "priority", "queue", "max_concurrency", "requires", "after", "payload", "enabled",
 )  # fmt: skip
 
 
@@ -71,6 +71,8 @@ class Job(Generic[P, R]):
     queue: str = "default"
     max_concurrency: int | None = None
     requires: frozenset[str] = frozenset()
+    #: The names of the jobs that must succeed first, within one workflow instance.
+    after: tuple[str, ...] = ()
     payload: dict[str, Any] = field(default_factory=dict)
     enabled: bool = True
     #: True: the handler's first positional argument is the RunContext; False: never; None:
@@ -114,6 +116,7 @@ class Job(Generic[P, R]):
             "queue": self.queue,
             "max_concurrency": self.max_concurrency,
             "requires": sorted(self.requires),
+            "after": list(self.after),
             "payload": self.payload,
         }
 
@@ -349,6 +352,7 @@ def _build(func: Callable[..., Any], options: dict[str, Any]) -> Job:
     except ImproperlyDeclared as exc:
         raise ImproperlyDeclared(name, exc.field, exc.value, exc.hint) from None
     _fill_defaults(options)
+    options["after"] = predecessor_names(options["after"])
     _check_columns(name, func, schedule, options)
     options["payload"] = payloads.cleaned(name, options["payload"])  # as it will be stored
     options["requires"] = frozenset(options["requires"])
@@ -357,8 +361,16 @@ def _build(func: Callable[..., Any], options: dict[str, Any]) -> Job:
     return Job(name=name, func=func, schedule=schedule, **options)
 
 
+def predecessor_names(given: Any) -> Any:
+    """``after=`` as the names it stores: a job object stands for its name. A value that is not
+    a list or a tuple is returned as it is, for the validator to refuse."""
+    if not isinstance(given, list | tuple):
+        return given
+    return tuple(item.name if isinstance(item, Job) else item for item in given)
+
+
 def _fill_defaults(options: dict[str, Any]) -> None:
-    for key, empty in (("payload", {}), ("requires", ()), ("backoff", {})):
+    for key, empty in (("payload", {}), ("requires", ()), ("backoff", {}), ("after", ())):
         if options[key] is None:
             options[key] = empty
     if options["breaker_threshold"] and options["breaker_cooldown"] is None:
@@ -425,6 +437,7 @@ class JobOptions(TypedDict, total=False):
     queue: str
     max_concurrency: int | None
     requires: set[str] | frozenset[str] | list[str] | tuple[str, ...] | None
+    after: list[Job[..., Any] | str] | tuple[Job[..., Any] | str, ...] | None
     payload: dict[str, Any] | None
     enabled: bool
 
@@ -455,6 +468,7 @@ DEFAULTS: dict[str, Any] = {
     "queue": "default",
     "max_concurrency": None,
     "requires": None,
+    "after": None,
     "payload": None,
     "enabled": True,
     "takes_context": None,

@@ -341,6 +341,7 @@ def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
         args=run.args,
         kwargs=run.kwargs,
         origin=run,
+        instance=_instance_of(run, using),
         created_at=now,
         reason=f"replay of run {run.pk}",
     )
@@ -369,6 +370,15 @@ def replay_dead_letter(run_id: int, *, by: str = "", using: str | None = None) -
         if run is None or JobRun.objects.using(using).filter(origin=run).exists():
             return None
         return replay(run, by=by, using=using)
+
+
+def _instance_of(run: JobRun, using: str) -> int | None:
+    """The workflow instance a replay of ``run`` belongs to, so that its success resumes the
+    instance: the run's own, or the run itself when it is a root's run; None outside one."""
+    if run.instance is not None:
+        return run.instance
+    leads = JobDefinition.objects.using(using).dependents_of(run.job.name).exists()
+    return run.pk if leads else None
 
 
 def set_enabled(

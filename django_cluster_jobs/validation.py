@@ -9,8 +9,9 @@ and why they are what they are: :mod:`django_cluster_jobs.bounds`, re-exported h
 
 from __future__ import annotations
 
+import graphlib
 import inspect
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from . import columns, payloads
@@ -52,7 +53,8 @@ __all__ = [
     "MAX_COOLDOWN", "MAX_INTERVAL", "MAX_TIMEOUT", "MAX_WINDOW", "NAME_MAX_LENGTH", "NAME_PATTERN",
     "PAUSE_REASON_MAX_LENGTH", "PAYLOAD_DEPTH_MAX", "PRIORITY_MAX", "PRIORITY_MIN",
     "QUEUE_MAX_LENGTH", "TAGS_MAX", "TAG_MAX_LENGTH", "TIMEZONE_MAX_LENGTH", "check_run_inputs",
-    "check_task_inputs", "definition_errors", "is_orphaned", "registered", "row_errors",
+    "check_task_inputs", "definition_errors", "graph_errors", "is_orphaned", "registered",
+    "row_errors",
 ]  # fmt: skip
 
 #: The JobDefinition columns the validator checks, in the models' order.
@@ -78,7 +80,7 @@ def definition_errors(
             hint = "pass a mapping of column names to values"
             return [ImproperlyDeclared(name, "definition", values, hint)]
         given = {column: values[column] for column in COLUMNS if column in values}
-        found = _columns(name, given) + _schedule(name, given)
+        found = _columns(name, given) + _schedule(name, given) + _after(name, given)
         found += _context(name, handler) or _payload(name, given, handler)
     except Exception as exc:  # a mapping that fails when read: say so, never raise
         return [ImproperlyDeclared(name, "definition", values, f"it cannot be read ({exc!r})")]
@@ -240,6 +242,61 @@ def _schedule(name: str, given: dict[str, Any]) -> list[ImproperlyDeclared]:
         if column in given and not columns.RULES[column](value) and (hint := _apply(rule, value)):
             found.append(ImproperlyDeclared(name, column, value, hint))
     return found
+
+
+def _after(name: str, given: dict[str, Any]) -> list[ImproperlyDeclared]:
+    """A dependent runs when its predecessors succeeded, never on a schedule of its own; and it
+    cannot wait for itself."""
+    after, kind = given.get("after"), given.get("schedule_kind", "on_demand")
+    if not after or columns.RULES["after"](after):
+        return []
+    if name in after:
+        hint = f"a job cannot wait for itself (cycle {name} -> {name}): remove {name!r} from it"
+        return [ImproperlyDeclared(name, "after", after, hint)]
+    if kind != "on_demand":
+        hint = (
+            f"a job that runs after others has no schedule of its own (this one is {kind}): "
+            "its root's occurrences start each workflow instance; drop the schedule, or drop "
+            "after= and let the job fire on its own"
+        )
+        return [ImproperlyDeclared(name, "after", after, hint)]
+    return []
+
+
+def graph_errors(
+    graph: Mapping[str, Sequence[str]], known: Collection[str]
+) -> list[ImproperlyDeclared]:
+    """Return every problem of a set of dependencies (job name -> its predecessors' names):
+    a predecessor that is not in ``known``, and each cycle, named by its path; never raise."""
+    found = [
+        ImproperlyDeclared(job, "after", list(after), _unknown(missing))
+        for job, after in sorted(graph.items())
+        for missing in after
+        if missing not in known
+    ]
+    edges = {job: [p for p in after if p in known] for job, after in graph.items()}
+    while cycle := _cycle(edges):
+        path = " -> ".join(cycle)
+        hint = f"it makes a cycle, {path}: remove one of these dependencies"
+        found.append(ImproperlyDeclared(cycle[1], "after", graph[cycle[1]], hint))
+        edges[cycle[1]] = [p for p in edges[cycle[1]] if p != cycle[0]]
+    return found
+
+
+def _unknown(name: str) -> str:
+    return (
+        f"no job named {name!r} is declared or stored: declare it, define it in the admin, or "
+        "remove it from after= (a job object, after=[extract], cannot be misspelt)"
+    )
+
+
+def _cycle(edges: Mapping[str, Sequence[str]]) -> list[str]:
+    """One cycle of ``edges``, in run order with its first job again at the end; [] if none."""
+    try:
+        tuple(graphlib.TopologicalSorter(edges).static_order())
+    except graphlib.CycleError as exc:
+        return list(exc.args[1])
+    return []
 
 
 def _payload(name: str, given: dict[str, Any], handler: Job | None) -> list[ImproperlyDeclared]:

@@ -345,3 +345,40 @@ def chatty_process(ctx: RunContext, lines: int = 0, hang: bool = False) -> str:
 def sleepy(ctx: RunContext, seconds: float = 1.0) -> None:
     """Sleeps, deaf to cancellation, then returns (its end may come after it lost the run)."""
     time.sleep(seconds)
+
+
+# -- dependencies: a workflow (root, then b and c in parallel, then d after both) ---------------
+
+
+@job(name="tests.flow_root", every=timedelta(seconds=1), enabled="flow" in ENABLED)
+def flow_root(ctx: RunContext) -> None:
+    record(ctx)
+
+
+def _together(ctx: RunContext) -> None:
+    """Record, then wait until the other branch of the same instance runs too, so both end at
+    the same instant (on two nodes, or two threads of one)."""
+    record(ctx)
+    deadline = time.monotonic() + float(os.environ.get("CLUSTER_JOBS_TEST_LONG", "0"))
+    branches = Effect.objects.filter(key=ctx.key, job__in=("tests.flow_b", "tests.flow_c"))
+    while time.monotonic() < deadline + 5 and branches.count() < 2:
+        time.sleep(0.02)
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+    if Effect.objects.filter(job=f"fail:{ctx.job}").exists():  # a test asks it to fail
+        raise RuntimeError(f"{ctx.job} fails on purpose")
+
+
+@job(name="tests.flow_b", after=[flow_root])
+def flow_b(ctx: RunContext) -> None:
+    _together(ctx)
+
+
+@job(name="tests.flow_c", after=["tests.flow_root"])
+def flow_c(ctx: RunContext) -> None:
+    _together(ctx)
+
+
+@job(name="tests.flow_d", after=[flow_b, flow_c])
+def flow_d(ctx: RunContext) -> None:
+    record(ctx)

@@ -10,9 +10,10 @@ from zoneinfo import available_timezones
 from django import forms
 from django.utils.translation import gettext_lazy as _
 
+from ..conf import ledger
 from ..models import JobDefinition, Source
 from ..registry import registry
-from ..validation import definition_errors, orphaned, registered
+from ..validation import definition_errors, graph_errors, orphaned, registered
 
 
 @lru_cache(maxsize=1)
@@ -64,11 +65,26 @@ class JobDefinitionForm(forms.ModelForm):
         problems = definition_errors(given, job=str(name), handler=handler)
         if "callable_name" in self.fields and callable_name and handler is None:
             problems.insert(0, orphaned(str(name), callable_name, self.instance.source))
+        if "after" in self.fields and not problems:
+            problems = self._graph_problems(str(name), data.get("after"))
         for problem in problems:
             # A field the form does not show (a code job's) is the page's problems list's to show.
             if problem.field in self.fields:
                 self.add_error(problem.field, str(problem))
         return data
+
+    def _graph_problems(self, name: str, after: Any) -> list:
+        """What this job's predecessors add to the stored and declared dependencies: an
+        unknown job, or a cycle through this one."""
+        if not after:
+            return []
+        jobs = ledger(JobDefinition).exclude(pk=self.instance.pk)
+        graph = {job.name: list(job.after) for job in registry if job.after}
+        graph.update(jobs.predecessors())
+        known = {*registry.names(), *jobs.values_list("name", flat=True), name}
+        before = {str(problem) for problem in graph_errors(graph, known)}
+        found = graph_errors({**graph, name: list(after)}, known)
+        return [problem for problem in found if str(problem) not in before]
 
     def _check_name(self, name: str) -> None:
         # The scheduler upserts code jobs by name: it would take this row over at its next start.

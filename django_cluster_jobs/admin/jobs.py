@@ -50,12 +50,16 @@ SCHEDULE_FIELDS = ("schedule_kind", "cron", "timezone", "interval")
 SCHEDULE_PREVIEWS = ("schedule_description", "next_fire_times", "across_dst")
 COMPUTED = (
     "pause_state", "problem_list", "schedule_description", "next_fire_times", "across_dst",
+    "dependencies",
 )  # fmt: skip
 HISTORY = (
     "runs_last_day", "last_run_detail", "last_success", "last_failure", "created", "updated",
 )  # fmt: skip
 #: Every other declared column (retries, breaker, timeouts, …) lands here, so new ones show up.
-POLICY_FIELDS = tuple(f for f in CODE_OWNED if f not in (*MAIN_FIELDS, *SCHEDULE_FIELDS))
+DEPENDENCY_FIELDS = ("after", "dependencies")
+POLICY_FIELDS = tuple(
+    f for f in CODE_OWNED if f not in (*MAIN_FIELDS, *SCHEDULE_FIELDS, *DEPENDENCY_FIELDS)
+)
 DAY = timedelta(hours=24)
 
 
@@ -88,6 +92,7 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
         (None, {"fields": MAIN_FIELDS}),
         (_("Schedule"), {"fields": (*SCHEDULE_FIELDS, *SCHEDULE_PREVIEWS)}),
         (_("Policies"), {"fields": POLICY_FIELDS}),
+        (_("Dependencies"), {"fields": DEPENDENCY_FIELDS}),
         (_("History"), {"fields": HISTORY}),
     )
 
@@ -199,6 +204,26 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
         if not found:
             return _("None: the scheduler can use this definition.")
         return format_html_join("", "<p>{}</p>", ((str(p),) for p in found))
+
+    @admin.display(description=_("predecessors and dependents"))
+    def dependencies(self, obj):
+        """The jobs this one waits for and the jobs that wait for it, each a link."""
+        after = obj.after if isinstance(obj.after, list) else []
+        names = ledger(JobDefinition).filter(name__in=after).values_list("name", "pk")
+        dependents = ledger(JobDefinition).dependents_of(obj.name).values_list("name", "pk")
+        before = self._job_links(dict(names), after) or _("none (a root or a lone job)")
+        following = self._job_links(dict(dependents), sorted(dict(dependents))) or _("none")
+        return format_html(
+            "<p>{}: {}</p><p>{}: {}</p>", _("Runs after"), before, _("Runs before"), following
+        )
+
+    def _job_links(self, pks: dict[str, int], names: list[str]) -> str:
+        url = f"{self.admin_site.name}:cluster_jobs_jobdefinition_change"
+        return format_html_join(", ", "{}", (
+            (format_html('<a href="{}">{}</a>', reverse(url, args=[pks[n]]), n)
+             if n in pks else format_html("{} ({})", n, _("unknown")),)
+            for n in names
+        ))  # fmt: skip
 
     @admin.display(description=_("reads as"))
     def schedule_description(self, obj):

@@ -1,4 +1,5 @@
-"""Two console pages beside the changelists: the cluster overview and an occurrence's story."""
+"""Console pages beside the changelists: the cluster overview, an occurrence's story and a
+workflow instance drawn as a graph."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from urllib.parse import urlencode
 
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
-from django.http import HttpRequest, HttpResponse
+from django.http import Http404, HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
@@ -17,6 +18,7 @@ from django.utils.translation import gettext as _
 from ..conf import app_settings, ledger
 from ..models import JobDefinition, RunState
 from ..overview import HOURS, cluster_overview, occurrence_story
+from ..workflows import BOX_HEIGHT, BOX_WIDTH, instance_of
 
 
 def _context(model_admin: ModelAdmin, request: HttpRequest, title: str) -> dict:
@@ -67,6 +69,20 @@ def occurrence_view(model_admin: ModelAdmin, request: HttpRequest) -> HttpRespon
         else:
             context["story"] = occurrence_story(app_settings.DATABASE, job, asked)
     return TemplateResponse(request, "admin/cluster_jobs/occurrence.html", context)
+
+
+def instance_view(model_admin: ModelAdmin, request: HttpRequest, pk: int) -> HttpResponse:
+    """A workflow instance as a graph: each job a box in the state of its run there."""
+    instance = instance_of(app_settings.DATABASE, pk)
+    if instance is None:
+        raise Http404(_("Run %(pk)s starts no workflow instance.") % {"pk": pk})
+    title = _("Workflow instance %(id)s") % {"id": instance.id}
+    context = _context(model_admin, request, title)
+    change = f"{model_admin.admin_site.name}:cluster_jobs_jobrun_change"
+    for step in instance.steps:
+        step.url = reverse(change, args=[step.run.pk]) if step.run else ""
+    context.update(instance=instance, box_width=BOX_WIDTH, box_height=BOX_HEIGHT)
+    return TemplateResponse(request, "admin/cluster_jobs/instance.html", context)
 
 
 def _instant(text: str) -> datetime | None:

@@ -7,7 +7,9 @@ from datetime import timedelta
 
 from django.contrib import admin, messages
 from django.db.models import DurationField, ExpressionWrapper, F, Q
+from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
@@ -26,8 +28,10 @@ from ..models import (
 )
 from ..permissions import ADMIN, actor, can_view
 from ..wording import interval_text
+from ..workflows import instance_of
 from .base import LedgerDatabaseMixin, ReadOnlyMixin
 from .bulk import BulkRunActionsMixin
+from .overview import instance_view
 from .paging import LedgerPaginator
 from .text import as_json, pre, time_column
 
@@ -158,7 +162,7 @@ class JobRunAdmin(BulkRunActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin
     )
     fieldsets = (
         (None, {"fields": ("job", "key", "state", "outcome", "reason", "attempt", "priority",
-                           "origin", "cancel_request")}),
+                           "origin", "workflow", "cancel_request")}),
         (gettext_lazy("Ownership"), {"fields": ("node", "fence", "lease_expires")}),
         (gettext_lazy("Times"), {"fields": ("scheduled", "due", "created", "started",
                                             "finished", "duration")}),
@@ -168,9 +172,9 @@ class JobRunAdmin(BulkRunActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin
                                 "classes": ("collapse",)}),
     )  # fmt: skip
     readonly_fields = (
-        "cancel_request", "lease_expires", "scheduled", "due", "created", "started", "finished",
-        "duration", "payload_json", "result_json", "error_text", "traceback_text", "task_path",
-        "args_json", "kwargs_json",
+        "workflow", "cancel_request", "lease_expires", "scheduled", "due", "created", "started",
+        "finished", "duration", "payload_json", "result_json", "error_text", "traceback_text",
+        "task_path", "args_json", "kwargs_json",
     )  # fmt: skip
     scheduled = time_column(JobRun, "scheduled_at")
     due = time_column(JobRun, "due_at")
@@ -199,6 +203,23 @@ class JobRunAdmin(BulkRunActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin
             F("finished_at") - F("started_at"), output_field=DurationField()
         )
         return super().get_queryset(request).annotate(duration_value=elapsed)
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        return [
+            path("instance/<int:pk>/", wrap(lambda request, pk: instance_view(self, request, pk)),
+                 name="cluster_jobs_instance"),
+            *super().get_urls(),
+        ]  # fmt: skip
+
+    @admin.display(description=gettext_lazy("workflow instance"))
+    def workflow(self, obj):
+        instance = instance_of(app_settings.DATABASE, obj.pk)
+        if instance is None:
+            return "-"
+        url = reverse(f"{self.admin_site.name}:cluster_jobs_instance", args=[instance.id])
+        label = _("instance %(id)s (%(state)s)") % {"id": instance.id, "state": instance.state}
+        return format_html('<a href="{}">{}</a>', url, label)
 
     # -- actions
 

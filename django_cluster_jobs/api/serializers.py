@@ -100,8 +100,8 @@ class RunSummarySerializer(serializers.ModelSerializer):
 
 RUN_FIELDS = (
     "id", "job", "key", "state", "outcome", "reason", "attempt", "priority", "node", "fence",
-    "lease_expires_at", "cancel_requested", "origin", "scheduled_at", "due_at", "created_at",
-    "started_at", "finished_at", "payload", "result", "error",
+    "lease_expires_at", "cancel_requested", "origin", "instance", "scheduled_at", "due_at",
+    "created_at", "started_at", "finished_at", "payload", "result", "error",
 )  # fmt: skip
 
 
@@ -189,7 +189,7 @@ JOB_FIELDS = (
     "last_run", "last_success", "last_failure", "placement", "delivery", "overlap", "misfire",
     "catch_up_window_seconds", "catch_up_limit", "max_attempts", "backoff", "breaker_threshold",
     "breaker_cooldown_seconds", "executor", "timeout_seconds", "priority", "queue",
-    "max_concurrency", "requires", "payload", "problems", "created_at", "updated_at",
+    "max_concurrency", "requires", "after", "payload", "problems", "created_at", "updated_at",
 )  # fmt: skip
 
 
@@ -267,6 +267,59 @@ class JobDetailSerializer(JobSerializer):
     @extend_schema_field(serializers.ListField(child=serializers.DateTimeField()))
     def get_next_fire_times(self, job: JobDefinition) -> list[str]:
         return [iso(at) for at in job.fire_times(self.now, FIRE_TIMES)]
+
+
+# -- workflow instances -------------------------------------------------------------------------
+
+
+class InstanceSerializer(serializers.ModelSerializer):
+    """A workflow instance in a list: the root's run that started it (its id is the instance's)."""
+
+    job: serializers.SlugRelatedField[JobDefinition] = serializers.SlugRelatedField(
+        slug_field="name", read_only=True, help_text="The root job."
+    )
+    root_state = serializers.CharField(
+        source="state", read_only=True,
+        help_text="The state of the root's run, a run state (the detail gives the instance's).",
+    )  # fmt: skip
+
+    class Meta:
+        model = JobRun
+        fields = ("id", "job", "root_state", "scheduled_at", "created_at", "finished_at")
+        read_only_fields = fields
+
+
+class StepSerializer(serializers.Serializer):
+    """One job of an instance and its run there (null while it waits for its predecessors)."""
+
+    job = serializers.CharField(read_only=True)
+    after = serializers.ListField(child=serializers.CharField(), read_only=True)
+    state = serializers.CharField(
+        read_only=True, help_text="Its run's state, or 'waiting' while it has no run yet."
+    )
+    run = serializers.SerializerMethodField()
+
+    def get_run(self, step: Any) -> int | None:
+        return step.run.pk if step.run is not None else None
+
+
+class InstanceDetailSerializer(serializers.Serializer):
+    """A workflow instance: its state, each job's step in dependency order, and its runs."""
+
+    id = serializers.IntegerField(read_only=True)
+    job = serializers.CharField(source="root.job.name", read_only=True)
+    state = serializers.CharField(
+        read_only=True,
+        help_text="succeeded when every job did; failed when one ended without success and "
+        "nothing is live; else running.",
+    )
+    steps = StepSerializer(many=True, read_only=True)
+    runs = serializers.SerializerMethodField()
+
+    @extend_schema_field(RunSerializer(many=True))
+    def get_runs(self, instance: Any) -> Any:
+        runs = [step.run for step in instance.steps if step.run is not None]
+        return RunSerializer(runs, many=True, context=self.context).data
 
 
 # -- nodes --------------------------------------------------------------------------------------
@@ -369,6 +422,16 @@ class PauseSerializer(serializers.Serializer):
         if problems := definition_errors({"pause_reason": attrs["reason"]}, job=name):
             raise serializers.ValidationError({"reason": str(problems[0])})
         return attrs
+
+
+class InstanceFilterSerializer(serializers.Serializer):
+    """The filter of the instance list: the root job's name."""
+
+    job = serializers.CharField(required=False)
+
+    def filter(self, runs: QuerySet) -> QuerySet:
+        job = self.validated_data.get("job")
+        return runs.filter(job__name=job) if job else runs
 
 
 class RunFilterSerializer(serializers.Serializer):

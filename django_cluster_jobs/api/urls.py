@@ -2,8 +2,8 @@
 
 Names live in the ``cluster_jobs_api`` namespace: ``job-list``, ``job-detail``, ``job-trigger``,
 ``job-enqueue``, ``job-pause``, ``job-resume``, ``run-list``, ``run-detail``, ``run-cancel``,
-``run-replay``, ``node-list``, ``node-detail``, ``node-drain``, ``leader``, ``status`` and
-``schema`` (this API's OpenAPI 3 schema).
+``run-replay``, ``instance-list``, ``instance-detail``, ``node-list``, ``node-detail``,
+``node-drain``, ``leader``, ``status`` and ``schema`` (this API's OpenAPI 3 schema).
 """
 
 from django.urls import path
@@ -18,6 +18,7 @@ router = SimpleRouter()
 router.register("jobs", views.JobViewSet, basename="job")
 router.register("runs", views.RunViewSet, basename="run")
 router.register("nodes", views.NodeViewSet, basename="node")
+router.register("instances", views.InstanceViewSet, basename="instance")
 
 urlpatterns = [
     *router.urls,

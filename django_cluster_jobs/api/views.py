@@ -28,7 +28,7 @@ from rest_framework.views import APIView
 from rest_framework.viewsets import ReadOnlyModelViewSet
 
 from .. import services
-from ..conf import ledger
+from ..conf import app_settings, ledger
 from ..exceptions import ImproperlyDeclared, UnknownJob
 from ..models import (
     LIVE_STATES,
@@ -42,6 +42,7 @@ from ..models import (
 from ..permissions import API, actor, can_view
 from ..registry import registry
 from ..status import build_status
+from ..workflows import instance_of, roots
 from . import answers
 from . import schema as doc
 from . import serializers as api
@@ -275,6 +276,34 @@ class RunViewSet(ClusterViewSet):
         except ImproperlyDeclared as exc:  # a stored run the engine cannot take again
             raise serializers.ValidationError({exc.field: str(exc)}) from exc
         return self.answer_run(fresh, 201)
+
+
+class InstanceViewSet(ClusterViewSet):
+    """Workflow instances, newest first: each started by a root job's run, with its steps.
+
+    Filter: ``job`` (the root job's name).
+    """
+
+    viewed_models = (JobRun,)
+    pagination_class = RunCursorPagination
+    lookup_value_regex = r"\d+"
+
+    def get_query_serializer_class(self) -> type[serializers.Serializer] | None:
+        return api.InstanceFilterSerializer if self.action == "list" else None
+
+    def get_queryset(self):
+        runs = roots(ledger(JobRun).select_related("job"), ledger(JobDefinition))
+        return self.query().filter(runs) if self.action == "list" else runs
+
+    def get_serializer_class(self):
+        return api.InstanceSerializer if self.action == "list" else api.InstanceDetailSerializer
+
+    def retrieve(self, request, *args, **kwargs) -> Response:
+        """The instance, its state and each job's step; any run of the instance names it."""
+        instance = instance_of(app_settings.DATABASE, int(kwargs["pk"]))
+        if instance is None:
+            raise NotFound(f"Run {kwargs['pk']} belongs to no workflow instance.")
+        return Response(self.get_serializer(instance).data)
 
 
 class NodeViewSet(ClusterViewSet):

@@ -475,6 +475,6 @@ class Node:
                      error, extra={**self.log_extra, "job": planned.name})  # fmt: skip
         try:
             self.ledger.runs.finish(won, self.node_id, RunState.FAILED, self.clock.now(),
-                                    error=safe_text(error))  # fmt: skip
+                                    error=safe_text(error), leads=planned.leads)  # fmt: skip
         except DatabaseError:
             release_broken_connections()  # its lease expires; the leader releases it

@@ -92,7 +92,9 @@ def resolve(name: str, alias: str) -> Planned:
     if definition is None or definition.callable_name not in registry:
         stored = JobDefinition.objects.using(alias).filter(callable_name__in=registry.names())
         raise UnknownJob(name, sorted({*registry.names(), *stored.values_list("name", flat=True)}))
-    return Planned(definition, registry.get(definition.callable_name), definition.get_schedule())
+    leads = JobDefinition.objects.using(alias).dependents_of(name).exists()
+    job, schedule = registry.get(definition.callable_name), definition.get_schedule()
+    return Planned(definition, job, schedule, leads=leads)
 
 
 class LeaseKeeper(PeriodicThread):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -28,6 +28,8 @@ class Planned:
     definition: JobDefinition
     job: Job
     schedule: Schedule
+    #: Other jobs wait for this one: its end decides them in the same transaction.
+    leads: bool = False
 
     @property
     def name(self) -> str:
@@ -70,30 +72,41 @@ class Definitions:
         self._names: dict[int, str] = {}
         #: Ids of rows whose callable is not registered: looked at again at every reload.
         self._unresolved: set[int] = set()
+        #: Names of the jobs other jobs wait for (Planned.leads), over every stored row.
+        self._leading: set[str] = set()
 
     def load(self) -> dict[str, Planned]:
         """Return every stored definition whose callable is registered and which the node can
         use, by name. An unusable row is left out and logged with its problem, once per change
         of it; every other job is planned (see :func:`problems`)."""
         self._seen, self._names, self._unresolved = {}, {}, set()
-        return self._plan(_rows(JobDefinition.objects.using(self.alias)))
+        rows = _rows(JobDefinition.objects.using(self.alias))
+        self._leading = _leading(row.after for row in rows)
+        return self._plan(rows)
 
     def changes(self, also: Collection[str] = ()) -> Changes:
         """Load the definitions changed since the last load (and those named in ``also``)."""
-        marks = dict(JobDefinition.objects.using(self.alias).values_list("pk", "updated_at"))
+        stored = JobDefinition.objects.using(self.alias)
+        read = list(stored.values_list("pk", "updated_at", "after"))  # one light read of all
+        marks = {pk: at for pk, at, _after in read}
+        leading = _leading(after for _pk, _at, after in read)
         stale = {pk for pk, at in marks.items() if self._seen.get(pk, _UNSEEN) != at}
+        # A job another one now waits for (or no longer does) is planned again, unchanged.
+        flipped = leading ^ self._leading
+        stale |= {pk for pk, name in self._names.items() if name in flipped and pk in marks}
         stale |= self._unresolved & set(marks)
         stale |= {pk for pk, name in self._names.items() if name in also and pk in marks}
         gone = set(self._seen) - set(marks)
-        rows, ids, read = JobDefinition.objects.using(self.alias), sorted(stale), []
+        ids, rows = sorted(stale), []
         for start in range(0, len(ids), JOBS_PER_QUERY):
-            read += _rows(rows.filter(pk__in=ids[start : start + JOBS_PER_QUERY]))
+            rows += _rows(stored.filter(pk__in=ids[start : start + JOBS_PER_QUERY]))
         before = {self._names[pk] for pk in stale | gone if pk in self._names}
         for pk in stale | gone:  # only once everything is read: a failed reload changes nothing
             self._seen.pop(pk, None)
             self._names.pop(pk, None)
             self._unresolved.discard(pk)
-        planned = self._plan(read)
+        self._leading = leading
+        planned = self._plan(rows)
         return Changes(planned, before - set(planned))
 
     def _plan(self, rows: list[JobDefinition]) -> dict[str, Planned]:
@@ -108,12 +121,19 @@ class Definitions:
                 _report(definition, found)
                 continue
             job = self.registry.get(definition.callable_name)
-            planned[definition.name] = Planned(definition, job, definition.get_schedule())
+            leads = definition.name in self._leading
+            planned[definition.name] = Planned(definition, job, definition.get_schedule(), leads)
             self._names[definition.pk] = definition.name
         return planned
 
 
 _UNSEEN = object()
+
+
+def _leading(afters: Iterable[object]) -> set[str]:
+    """The names that the ``after`` lists (of every stored definition) wait for."""
+    lists = (after for after in afters if isinstance(after, list))
+    return {name for after in lists for name in after if isinstance(name, str)}
 
 
 def _rows(rows: QuerySet[JobDefinition]) -> list[JobDefinition]:

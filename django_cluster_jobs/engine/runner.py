@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from django.db import DatabaseError, DataError, IntegrityError, ProgrammingError, connections
@@ -362,7 +363,7 @@ class Runner:
         """Write the outcome under the run's fence; if the row refuses it (what the handler
         returned or raised cannot be stored here), write it once more without the result, so
         the run still ends once instead of being re-run when its lease expires."""
-        write = self.ledger.runs.finish
+        write = partial(self.ledger.runs.finish, leads=active.planned.leads)
         won, node = active.won, self.node_id
         try:
             return write(won, node, outcome.state, now, result=outcome.result,

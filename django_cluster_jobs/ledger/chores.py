@@ -67,17 +67,20 @@ class Chores:
         return count
 
     def _bury(self, pk: int, fence: int, leader: str, now: datetime, owner: str) -> int:
-        updated = (
-            JobRun.objects.using(self.alias)
-            .filter(pk=pk, fence=fence, state=RunState.RUNNING, lease_expires_at__lt=now)
-            .update(
-                state=RunState.DEAD,
-                finished_at=now,
-                lease_expires_at=None,
-                fence=fence + 1,
-                reason="lease expired too often (the handler may kill its node)",
+        with transaction.atomic(using=self.alias):
+            updated = (
+                JobRun.objects.using(self.alias)
+                .filter(pk=pk, fence=fence, state=RunState.RUNNING, lease_expires_at__lt=now)
+                .update(
+                    state=RunState.DEAD,
+                    finished_at=now,
+                    lease_expires_at=None,
+                    fence=fence + 1,
+                    reason="lease expired too often (the handler may kill its node)",
+                )
             )
-        )
+            if updated:
+                self.runs.flows.after_end(pk, now)
         if updated:
             error = "lease expired too often; dead-lettered after repeated takeovers"
             after_commit(self.alias, "run_dead_lettered", pk, leader, error=error)

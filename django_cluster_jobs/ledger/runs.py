@@ -17,6 +17,7 @@ from django.db.models import F, QuerySet
 from ..coordination import Ending, Vendor, Won
 from ..models import PARKED, Cause, Delivery, EventKind, JobRun, RunEvent, RunLog, RunState
 from ..ranks import rank_expression
+from .flows import Flows
 from .signals import after_commit
 
 #: The timeline entry of a run released by its cause.
@@ -34,6 +35,7 @@ class Runs:
 
     def __init__(self, vendor: Vendor) -> None:
         self.vendor, self.alias = vendor, vendor.alias
+        self.flows = Flows(vendor)
 
     def held(self, won: Won) -> QuerySet[JobRun]:
         """The run ``won`` names, while it is still running under that fence."""
@@ -51,8 +53,25 @@ class Runs:
         result: Any = None,
         error: str = "",
         traceback: str = "",
+        leads: bool = False,
     ) -> bool:
-        """Record a run's end if this node still holds its fence; False means fenced out."""
+        """Record a run's end if this node still holds its fence; False means fenced out.
+
+        ``leads``: other jobs wait for this one; they are queued or skipped (``flows``) in the
+        transaction that records the end, so a crash cannot lose them.
+        """
+        if not leads:
+            return self._finish(won, node, state, now, result, error, traceback)
+        with transaction.atomic(using=self.alias):
+            written = self._finish(won, node, state, now, result, error, traceback)
+            if written:
+                self.flows.after_end(won.run_id, now)
+        return written
+
+    def _finish(
+        self, won: Won, node: str, state: str, now: datetime, result: Any, error: str,
+        traceback: str,
+    ) -> bool:  # fmt: skip
         reason = f"{error}\n\n{traceback}".strip()
         fenced = f"completion as {state} rejected: fence {won.fence} is stale"
         ending = Ending(result, error, traceback, reason, fenced)
@@ -159,15 +178,17 @@ class Runs:
         return RunState.PENDING if back else None
 
     def _lose(self, runs, pk: int, fence: int, node: str, now: datetime, reason: str) -> str | None:
-        lost = runs.update(
-            state=RunState.LOST,
-            finished_at=now,
-            lease_expires_at=None,
-            fence=fence + 1,
-            reason=f"{reason} (at most once: not re-run)",
-        )
-        if not lost:
-            return None
+        with transaction.atomic(using=self.alias):
+            lost = runs.update(
+                state=RunState.LOST,
+                finished_at=now,
+                lease_expires_at=None,
+                fence=fence + 1,
+                reason=f"{reason} (at most once: not re-run)",
+            )
+            if not lost:
+                return None
+            self.flows.after_end(pk, now)
         after_commit(self.alias, "run_lost", pk, node, reason=reason)
         self.record(pk, EventKind.LOST, node, fence + 1,
                     f"{reason}; at-most-once delivery, never re-run", now)  # fmt: skip

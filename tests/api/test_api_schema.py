@@ -20,6 +20,7 @@ from openapi_core.testing import MockRequest, MockResponse
 from rest_framework.authentication import BasicAuthentication, SessionAuthentication
 from rest_framework.test import APIClient
 
+from django_cluster_jobs import services
 from django_cluster_jobs.api import schema
 from django_cluster_jobs.api.views import ClusterView
 from django_cluster_jobs.models import Lease, NodeStatus, RunState, WorkerNode
@@ -191,8 +192,23 @@ def leader_and_status(c, cluster) -> None:
     assert c["all"]("get", url("status"), 200)["leader"] is None
 
 
+def instances(c, cluster) -> None:
+    for name in ("tests.flow_c", "tests.flow_d"):
+        services.definition_for(name)
+    root = JobRunFactory(job=services.definition_for("tests.flow_root"), key="root")
+    JobRunFactory(job=services.definition_for("tests.flow_b"), key=f"after:{root.pk}",
+                  instance=root.pk, state=RunState.RUNNING)  # fmt: skip
+    listed = c["all"]("get", url("instance-list"), 200, query={"job": "tests.flow_root"})
+    assert [item["id"] for item in listed["results"]] == [root.pk]
+    assert c["all"]("get", url("instance-list"), 200, query={"job": "report"})["results"] == []
+    c["all"]("get", url("instance-list"), 400, query={"cursor": "garbage"})
+    detail = c["all"]("get", url("instance-detail", root.pk), 200)
+    assert detail["state"] == RunState.RUNNING and len(detail["steps"]) == 4
+    c["all"]("get", url("instance-detail", cluster["ok"].pk), 404)  # in no workflow
+
+
 SCENARIOS = [jobs, trigger, enqueue, pause_and_resume, runs, run_actions, nodes,
-             leader_and_status]  # fmt: skip
+             leader_and_status, instances]  # fmt: skip
 
 
 def operations(spec: dict) -> list[tuple[str, str, str, list[int]]]:
@@ -247,8 +263,8 @@ def test_the_schema_lists_every_url_of_the_api(spec):
     names = {name for name, *_ in operations(spec)}
     assert names == {
         "job-list", "job-detail", "job-trigger", "job-enqueue", "job-pause", "job-resume",
-        "run-list", "run-detail", "run-cancel", "run-replay", "node-list", "node-detail",
-        "node-drain", "leader", "status",
+        "run-list", "run-detail", "run-cancel", "run-replay", "instance-list",
+        "instance-detail", "node-list", "node-detail", "node-drain", "leader", "status",
     }  # fmt: skip
 
 
