@@ -301,3 +301,25 @@ def test_every_save_keeps_next_to_settle_in_step():
     row.priority = 3
     row.save(update_fields=["priority"])  # not a change of what is due: kept
     assert JobDefinition.objects.get(pk=row.pk).next_to_settle == row.next_to_settle
+
+
+def test_a_job_another_starts_or_stops_waiting_for_is_planned_again_as_leading(planned_node):
+    """Its own row did not change, but whether its end must decide dependents did: the node's
+    copy says so after the reload that read the dependent (else its end would queue nothing)."""
+    node = planned_node
+    assert node.planned["scale.db.0002"].leads is False
+    pushed = pushes(node)
+    dependent = JobDefinition.objects.get(name="scale.db.0003")
+    dependent.schedule_kind, dependent.cron = ScheduleKind.ON_DEMAND, ""
+    dependent.after = ["scale.db.0002"]
+    dependent.save()
+    node.request_reload()
+    node.tick()
+    assert sorted(pushed) == ["scale.db.0002", "scale.db.0003"]
+    assert node.planned["scale.db.0002"].leads is True
+    pushed.clear()
+    dependent.after = []
+    dependent.save()
+    node.request_reload()
+    node.tick()
+    assert node.planned["scale.db.0002"].leads is False
