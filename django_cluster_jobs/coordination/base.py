@@ -41,6 +41,9 @@ class Features:
     #: an event a peer waits for (engine.presence). Where the clock is local instead, every node
     #: shares the host and a peer looks at the process itself.
     session_locks: bool = False
+    #: A one-off run is stored by one INSERT that reads its job's definition row itself
+    #: (coordination.inserts), the pending notification included where the database notifies.
+    inserts_pending: bool = False
 
 
 class Vendor(ABC):
@@ -100,8 +103,17 @@ class Vendor(ABC):
         return whether it was written under the fence, or None to use the portable path."""
         return None
 
-    def notify_pending(self) -> None:  # noqa: B027 - most databases cannot notify: nothing to do
-        """Wake idle nodes because a run became pending (where the database notifies)."""
+    def insert_pending(
+        self, run: Any, name: str, callable_name: str, priority: int | None
+    ) -> Any:
+        """Store ``run`` (a JobRun without its job, priority and times) as a pending run of job
+        ``name`` while its definition still names ``callable_name``; return it stored, or None
+        when no such definition exists. Only where ``features.inserts_pending``."""
+        raise NotImplementedError(f"{self.name} stores runs through the ORM")
+
+    def notify_pending(self, count: int | None = None) -> None:  # noqa: B027 - most cannot notify
+        """Wake idle nodes because ``count`` runs became pending (None: an unknown number, which
+        wakes every node), where the database notifies."""
 
     def bound_lock_waits(self, seconds: float) -> None:  # noqa: B027 - a no-op where unbounded
         """Make the current transaction's statements give up after waiting ``seconds`` for a

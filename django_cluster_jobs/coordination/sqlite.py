@@ -7,9 +7,10 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import Any, ClassVar
 
-from ..ranks import ensure_ranked
+from ..ranks import ensure_ranked, rank_of
 from . import sql
 from .base import Features, dt_param, json_param
+from .inserts import Clock, insert_pending, stored
 from .orm import ORMVendor
 from .pending import aging_step, take_native
 from .types import (
@@ -47,11 +48,31 @@ class SQLiteVendor(ORMVendor):
 
     name = "sqlite"
     #: SQLite runs inside this process: its clock is the host's, which every node shares.
-    features: ClassVar[Features] = Features(returning=True, clock_is_local=True)
+    features: ClassVar[Features] = Features(
+        returning=True, clock_is_local=True, inserts_pending=True
+    )
 
     def db_now(self) -> datetime:
         # What SQLite's own clock would answer, to the microsecond instead of the millisecond.
         return datetime.now(UTC)
+
+    def insert_pending(
+        self, run: Any, name: str, callable_name: str, priority: int | None
+    ) -> Any:
+        conn, now = self.connection, self.db_now()
+        due = now if run.due_at is None else run.due_at
+        clock = Clock(
+            now="%s", due="%s", due_us="%s", now_params=(dt_param(conn, now),),
+            due_params=(dt_param(conn, due),), due_us_params=(rank_of(due, 0, 0),),
+        )  # fmt: skip
+        query, params = insert_pending(conn, run, name, callable_name, priority, clock)
+        with conn.cursor() as cursor:
+            cursor.execute(query, params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        run.scheduled_at, run.due_at, run.created_at = due, due, now
+        return stored(run, row, self.alias, times=False)
 
     def claim(
         self, claims: Sequence[Claim], node: str, now: datetime, lease_until: datetime
