@@ -102,6 +102,24 @@ def test_run_by_a_node_succeeds_with_its_return_value(node):
     assert again.return_value == 5 and again.status == TaskResultStatus.SUCCESSFUL
 
 
+def test_a_run_taken_once_reads_as_its_stored_timeline_says(node):
+    """The result of a task run once is built from its row alone; it is the one its stored
+    timeline gives."""
+    from django_cluster_jobs.models import RunEvent
+    from django_cluster_jobs.tasks.results import result_of, timeline_of
+
+    result = finished(task_defs.add.enqueue(2, b=3))
+    run = JobRun.objects.get(pk=int(result.id))
+    stored = list(RunEvent.objects.filter(run_id=run.pk).order_by("at", "id"))
+    [start] = timeline_of(run)  # no query
+    assert [(e.kind, e.node, e.at) for e in stored if e.kind == start.kind] == [
+        (start.kind, start.node, start.at)
+    ]
+    full, short = result_of(run, task_defs.add, stored), result_of(run, task_defs.add)
+    fields = ("status", "started_at", "last_attempted_at", "finished_at", "worker_ids", "errors")
+    assert [getattr(short, f) for f in fields] == [getattr(full, f) for f in fields]
+
+
 def test_failure_is_failed_with_its_error(node):
     result = finished(task_defs.fails.enqueue("no luck"))
     assert result.status == TaskResultStatus.FAILED
