@@ -51,9 +51,10 @@ TAKEN_ONCE = 2
 def timeline_of(run: JobRun) -> list[RunEvent]:
     """The run's timeline entries, oldest first. A called run taken once and never retried,
     running or succeeded, has one that counts, its start, which its row says: no query."""
-    once = run.fence == TAKEN_ONCE and run.attempt == 1 and run.started_at is not None
-    if once and run.outcome in CALLED and run.state in (RunState.RUNNING, RunState.SUCCEEDED):
-        kind, at = EventKind.STARTED, run.started_at
+    at = run.started_at
+    once = run.fence == TAKEN_ONCE and run.attempt == 1 and run.outcome in CALLED
+    if at is not None and once and run.state in (RunState.RUNNING, RunState.SUCCEEDED):
+        kind = EventKind.STARTED
         return [RunEvent(run_id=run.pk, kind=kind, node=run.node, fence=TAKEN_ONCE, at=at)]
     events = RunEvent.objects.using(run._state.db).filter(run_id=run.pk)
     return list(events.order_by("at", "id"))
