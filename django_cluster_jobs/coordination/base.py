@@ -115,6 +115,10 @@ class Vendor(ABC):
         """Wake idle nodes because ``count`` runs became pending (None: an unknown number, which
         wakes every node), where the database notifies."""
 
+    def notify_payload(self, payload: str) -> None:  # noqa: B027 - most databases cannot notify
+        """Send the pending notification with ``payload`` (engine.wakeups: a wake-up passed on
+        by a node), where the database notifies."""
+
     def bound_lock_waits(self, seconds: float) -> None:  # noqa: B027 - a no-op where unbounded
         """Make the current transaction's statements give up after waiting ``seconds`` for a
         row lock, where the database can (elsewhere its own busy timeout applies)."""

@@ -131,7 +131,9 @@ class PostgreSQLVendor(ORMVendor):
         return None if row is None else stored(run, row, self.alias)
 
     def notify_pending(self, count: int | None = None) -> None:
-        payload = "" if count is None else str(count)
+        self.notify_payload("" if count is None else str(count))
+
+    def notify_payload(self, payload: str) -> None:
         with self.connection.cursor() as cursor:
             cursor.execute("SELECT pg_notify(%s, %s)", [PENDING_CHANNEL, payload])
 

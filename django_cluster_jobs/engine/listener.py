@@ -1,4 +1,5 @@
-"""PostgreSQL LISTEN on a dedicated connection: wakes an idle node when a run becomes pending."""
+"""PostgreSQL LISTEN on a dedicated connection: wakes an idle node when runs become pending (as
+many nodes as there are runs for: engine.wakeups)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from django.db import connections
 
 from ..coordination.postgresql import PENDING_CHANNEL
 from .periodic import PeriodicThread
+from .wakeups import Wake, parse
 
 logger = logging.getLogger(__name__)
 
@@ -18,14 +20,15 @@ RECONNECT = 1.0
 
 
 class PendingListener(PeriodicThread):
-    """Keeps one LISTEN connection open (reconnecting after errors) and calls ``wake``."""
+    """Keeps one LISTEN connection open (reconnecting after errors) and calls ``notified`` with
+    each notification's wake-up (None: look now, whatever the notification is for)."""
 
     what = "pending listener"
     at_once = True
 
-    def __init__(self, alias: str, node_id: str, wake: Callable[[], None]) -> None:
+    def __init__(self, alias: str, node_id: str, notified: Callable[[Wake | None], None]) -> None:
         super().__init__(name=f"cluster-jobs-listen-{node_id}")
-        self.alias, self.wake = alias, wake
+        self.alias, self.notified = alias, notified
         #: True while a LISTEN connection is open; the node polls while it is not.
         self.healthy = False
 
@@ -37,11 +40,11 @@ class PendingListener(PeriodicThread):
         try:
             self._listen()
         finally:
-            self.wake()  # whatever became pending while nobody listened
+            self.notified(None)  # whatever became pending while nobody listened
 
     def restarted(self) -> PendingListener:
         node_id = self.name.removeprefix("cluster-jobs-listen-")
-        return PendingListener(self.alias, node_id, self.wake)
+        return PendingListener(self.alias, node_id, self.notified)
 
     def _listen(self) -> None:
         wrapper = connections[self.alias]
@@ -50,10 +53,10 @@ class PendingListener(PeriodicThread):
             conn.autocommit = True
             conn.execute(f"LISTEN {PENDING_CHANNEL}")
             self.healthy = True
-            self.wake()  # anything made pending while we were not listening
+            self.notified(None)  # anything made pending while we were not listening
             while not self.stopped:
-                for _ in conn.notifies(timeout=LOOK):
-                    self.wake()
+                for notify in conn.notifies(timeout=LOOK):
+                    self.notified(parse(notify.payload, notify.pid))
         finally:
             self.healthy = False
             conn.close()

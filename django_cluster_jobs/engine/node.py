@@ -82,6 +82,8 @@ class Node:
         self.claimer = Claimer(self)
         self.taker = Taker(self)
         self.wake = threading.Event()
+        #: The live nodes' ids, as the last heartbeat read them (empty before the first).
+        self._live: tuple[str, ...] = ()
         self.ticks = 0
         self.heartbeat = HeartbeatThread(self)
         self.leader = Leader(self)
@@ -105,7 +107,7 @@ class Node:
             return None
         from .listener import PendingListener
 
-        return PendingListener(self.ledger.alias, self.node_id, self.taker.wake)
+        return PendingListener(self.ledger.alias, self.node_id, self.taker.notified)
 
     def _make_presence(self) -> SessionPresence | LocalPresence | None:
         features = self.ledger.vendor.features
@@ -144,6 +146,14 @@ class Node:
     def free_threads(self) -> int:
         return self.executor.free
 
+    @property
+    def threads(self) -> int:
+        return self.executor.threads
+
+    @property
+    def live_nodes(self) -> Sequence[str]:
+        return self._live
+
     def job_names(self) -> list[str]:
         return self.registry.names()
 
@@ -162,7 +172,9 @@ class Node:
             self.leader_thread.poke()
 
     def peers_seen(self, peers: Sequence[Peer]) -> None:
-        """The live nodes the heartbeat read: presence watches them."""
+        """The live nodes the heartbeat read: presence watches them, and the taker counts on
+        them to know which notifications are for this node (engine.wakeups)."""
+        self._live = tuple(sorted(peer.node_id for peer in peers))
         if self.presence is not None:
             self.presence.observe(peers)
 

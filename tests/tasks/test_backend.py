@@ -91,6 +91,28 @@ def test_enqueue_stores_a_ready_run_with_its_args():
         _ = result.return_value
 
 
+def test_an_enqueue_is_one_statement():
+    """As for any one-off run: the INSERT reads the task's job definition itself (and carries
+    the notification on PostgreSQL), once the first call has stored the definition."""
+    from django.db import connection
+
+    from django_cluster_jobs.coordination import get_vendor
+
+    task_defs.add.enqueue(1)
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        result = task_defs.add.enqueue(2, b=3)
+    expected = 1 if get_vendor().features.inserts_pending else 2
+    assert len(sent) == expected, sent
+    run = JobRun.objects.get(pk=int(result.id))
+    assert (run.args, run.kwargs, run.priority) == ([2], {"b": 3}, task_defs.add.priority)
+
+
 def test_run_by_a_node_succeeds_with_its_return_value(node):
     result = finished(task_defs.add.enqueue(2, b=3))
     assert result.status == TaskResultStatus.SUCCESSFUL
