@@ -258,6 +258,27 @@ def test_signals_are_sent(node):
     ]
 
 
+def test_the_finished_signal_carries_the_result_as_stored(node):
+    """task_finished's result of a success is built from the run's start and the end its node
+    wrote, without reading the row again: it is the result get_result reads."""
+    seen = []
+
+    def receive(sender, task_result, **kwargs):
+        seen.append(task_result)
+
+    task_finished.connect(receive)
+    try:
+        result = finished(task_defs.add.enqueue(4, b=5))
+        wait_until(lambda: seen, DEADLINE)
+    finally:
+        task_finished.disconnect(receive)
+    [sent] = seen
+    stored = task_defs.add.get_result(result.id)
+    fields = ("id", "status", "args", "kwargs", "enqueued_at", "started_at", "finished_at",
+              "last_attempted_at", "worker_ids", "errors", "return_value")  # fmt: skip
+    assert [getattr(sent, f) for f in fields] == [getattr(stored, f) for f in fields]
+
+
 def test_get_result_of_another_task_is_a_mismatch_and_unknown_ids_do_not_exist():
     result = task_defs.add.enqueue(1)
     with pytest.raises(TaskResultMismatch):
