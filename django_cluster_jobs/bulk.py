@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterable, Mapping
 from datetime import datetime
+from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -108,7 +109,8 @@ def _insert(using: str, job_id: int, fresh: dict[str, JobRun], keyed: bool) -> d
                 if any(run.pk is None for run in new):  # a database that returns no ids
                     new = list(_existing(using, job_id, [run.key for run in new]).values())
                 if new:
-                    transaction.on_commit(get_vendor(using).notify_pending, using=using)
+                    notify = partial(get_vendor(using).notify_pending, len(new))
+                    transaction.on_commit(notify, using=using)
             return {**{run.key: run for run in new}, **existing}
         except IntegrityError:  # a concurrent caller inserted one of the keys: look again
             if attempt == KEY_RACE_RETRIES:

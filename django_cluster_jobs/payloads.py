@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
 from .bounds import PAYLOAD_DEPTH_MAX
@@ -76,6 +77,20 @@ def _check_structure(job: str, payload: dict) -> None:
         stack.extend((item, depth + 1) for item in value)
 
 
+@lru_cache(maxsize=4096)
+def _cached_signature(func: Any) -> inspect.Signature:
+    return inspect.signature(func)
+
+
+def signature_of(func: Any) -> inspect.Signature:
+    """The signature of a handler, read once per function (code does not change while the
+    process runs; reading it is most of an enqueue's own CPU time otherwise)."""
+    try:
+        return _cached_signature(func)
+    except TypeError:  # an unhashable callable, which the cache refuses (or an unreadable one)
+        return inspect.signature(func)
+
+
 def bind(job: str, handler: Job, payload: dict, *, complete: bool) -> None:
     """Raise InvalidPayload unless the handler takes ``payload`` as keyword arguments.
 
@@ -83,7 +98,7 @@ def bind(job: str, handler: Job, payload: dict, *, complete: bool) -> None:
     only this payload); otherwise the arguments left out may come with each run.
     """
     try:
-        signature = inspect.signature(handler.func)
+        signature = signature_of(handler.func)
         context = (None,) if handler.wants_context else ()
     except (TypeError, ValueError):  # a callable whose signature Python cannot read
         return

@@ -7,6 +7,7 @@ import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from functools import lru_cache
 from typing import (
     TYPE_CHECKING,
     Any,
@@ -169,6 +170,19 @@ class Job(Generic[P, R]):
 
 
 def _signature(func: Callable[..., Any]) -> inspect.Signature:
+    try:
+        return _cached_signature(func)
+    except TypeError:  # an unhashable callable, which the cache refuses (or an unreadable one)
+        return _read_signature(func)
+
+
+@lru_cache(maxsize=4096)
+def _cached_signature(func: Callable[..., Any]) -> inspect.Signature:
+    """The signature, read once per function: code does not change while the process runs."""
+    return _read_signature(func)
+
+
+def _read_signature(func: Callable[..., Any]) -> inspect.Signature:
     # Resolve string annotations (``from __future__ import annotations``) when they can be.
     try:
         return inspect.signature(func, eval_str=True)

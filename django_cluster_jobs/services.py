@@ -10,6 +10,7 @@ import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from typing import Any
 
 from django.db import IntegrityError, transaction
@@ -18,6 +19,7 @@ from django.db.models.functions import Now
 from .bulk import RunRequest, enqueue_many
 from .conf import app_settings
 from .coordination import get_vendor
+from .exceptions import UnknownJob
 from .models import (
     ClusterEvent,
     ClusterEventKind,
@@ -119,6 +121,51 @@ def _asked_by(outcome: str, by: str) -> str:
     return f"{verb} by {by}" if by else ""
 
 
+#: (alias, job name) -> the callable its stored definition named when a run of it was last
+#: stored: the payload is checked against that handler, and the INSERT stores the run only while
+#: the definition still names it (see coordination.inserts).
+_CALLABLES: dict[tuple[str, str], str] = {}
+
+
+def _run(
+    name: str,
+    payload: Any,
+    at: datetime | None,
+    outcome: str,
+    by: str,
+    columns: dict[str, Any] | None,
+) -> JobRun:
+    """A pending run of ``name`` to store, all but its job, priority and times (which the
+    INSERT reads), the payload as given (checked by :func:`_insert_pending`)."""
+    run = JobRun(
+        key=f"{outcome}:{uuid.uuid4().hex}", state=RunState.PENDING, outcome=outcome,
+        payload=payload, reason=_asked_by(outcome, by), **(columns or {}),
+        trace_context=tracing.carrier() or None,
+    )  # fmt: skip
+    run.scheduled_at = run.due_at = at  # type: ignore[assignment] # None: due on the clock
+    return run
+
+
+def _insert_pending(
+    vendor: Any, name: str, run: JobRun, payload: Any, priority: int | None
+) -> JobRun:
+    """Store ``run`` in one statement that reads the job's definition row itself; the first
+    call for a job, or one that finds its definition gone or changed, reads it again."""
+    place = (vendor.alias, name)
+    for _ in range(2):
+        callable_name = _CALLABLES.get(place) or _target(name, vendor.alias).callable_name
+        handler = registered(callable_name)
+        run.payload = check_run_inputs(
+            name, payload=payload, priority=priority, at=run.due_at, handler=handler
+        )
+        stored = vendor.insert_pending(run, name, callable_name, priority)
+        if stored is not None:
+            _CALLABLES[place] = callable_name
+            return stored
+        _CALLABLES.pop(place, None)  # deleted or changed since: read the definition again
+    raise UnknownJob(name, registry.names())
+
+
 def get_or_enqueue(
     name: str,
     payload: dict[str, Any] | None = None,
@@ -133,6 +180,10 @@ def get_or_enqueue(
 ) -> tuple[JobRun, bool]:
     """Do what :func:`enqueue` does; return the run and whether this call created it."""
     using = using or app_settings.DATABASE
+    vendor = get_vendor(using)
+    if not key and vendor.features.inserts_pending:  # a fresh random key cannot exist yet
+        fresh = _run(name, payload, at, outcome, by, columns)
+        return _insert_pending(vendor, name, fresh, payload, priority), True
     definition = _target(name, using)
     now = definition.now
     handler = registered(definition.callable_name)
@@ -156,7 +207,7 @@ def get_or_enqueue(
     notify = get_vendor(using).notify_pending
     if not key:  # a fresh random key cannot exist yet: one INSERT, no look-up, no savepoint
         run = JobRun.objects.using(using).create(job_id=definition.pk, key=run_key, **fields)
-        transaction.on_commit(notify, using=using)
+        transaction.on_commit(partial(notify, 1), using=using)
         return run, True
     try:
         with transaction.atomic(using=using):
@@ -164,7 +215,7 @@ def get_or_enqueue(
                 job_id=definition.pk, key=run_key, defaults=fields
             )
             if created:
-                transaction.on_commit(notify, using=using)
+                transaction.on_commit(partial(notify, 1), using=using)
     except IntegrityError:  # a concurrent caller with the same key won the insert
         run, created = JobRun.objects.using(using).get(job_id=definition.pk, key=run_key), False
     if not created and run.payload != payload:
@@ -352,7 +403,7 @@ def replay(run: JobRun, *, by: str = "", using: str | None = None) -> JobRun:
         at=now,
         reason=f"replayed as run {fresh.pk}",
     )
-    transaction.on_commit(get_vendor(using).notify_pending, using=using)
+    transaction.on_commit(partial(get_vendor(using).notify_pending, 1), using=using)
     return fresh
 
 

@@ -4,7 +4,7 @@ Each is sent once per event, by the node whose fenced write recorded it, with ``
 job name and these keyword arguments: ``run_id``, ``job``, ``key``, ``node``, ``attempt``, plus:
 
 - ``run_started``: ``scheduled_at``, the occurrence's instant (or the enqueued run's).
-- ``run_succeeded``: ``result``.
+- ``run_succeeded``: ``result``, ``finished_at`` (the end as stored).
 - ``run_failed``: ``state`` (failed or timed_out), ``error``, ``will_retry``.
 - ``run_retried``: ``due_at`` of the next attempt.
 - ``run_dead_lettered``: ``error``.

@@ -82,6 +82,7 @@ CLUSTER_JOBS = {
     "COORDINATION": env.str("CLUSTER_JOBS_COORDINATION", default="auto"),
     "PRESENCE": env.bool("CLUSTER_JOBS_TEST_PRESENCE", default=True),
     "EXECUTOR_THREADS": 4,
+    "POLL_INTERVAL": env.float("CLUSTER_JOBS_TEST_POLL", default=1.0),
     "CLOCK": env.str("CLUSTER_JOBS_TEST_CLOCK", default="tests.clocks.EnvSkewedClock"),
     "QUEUE_LIMITS": {"limited": 2},
 }

@@ -42,6 +42,9 @@ class Features:
     #: an event a peer waits for (engine.presence). Where the clock is local instead, every node
     #: shares the host and a peer looks at the process itself.
     session_locks: bool = False
+    #: A one-off run is stored by one INSERT that reads its job's definition row itself
+    #: (coordination.inserts), the pending notification included where the database notifies.
+    inserts_pending: bool = False
 
 
 class Vendor(ABC):
@@ -107,8 +110,21 @@ class Vendor(ABC):
         where it keeps none, or has not measured the table yet."""
         return None
 
-    def notify_pending(self) -> None:  # noqa: B027 - most databases cannot notify: nothing to do
-        """Wake idle nodes because a run became pending (where the database notifies)."""
+    def insert_pending(
+        self, run: Any, name: str, callable_name: str, priority: int | None
+    ) -> Any:
+        """Store ``run`` (a JobRun without its job, priority and times) as a pending run of job
+        ``name`` while its definition still names ``callable_name``; return it stored, or None
+        when no such definition exists. Only where ``features.inserts_pending``."""
+        raise NotImplementedError(f"{self.name} stores runs through the ORM")
+
+    def notify_pending(self, count: int | None = None) -> None:  # noqa: B027 - most cannot notify
+        """Wake idle nodes because ``count`` runs became pending (None: an unknown number, which
+        wakes every node), where the database notifies."""
+
+    def notify_payload(self, payload: str) -> None:  # noqa: B027 - most databases cannot notify
+        """Send the pending notification with ``payload`` (engine.wakeups: a wake-up passed on
+        by a node), where the database notifies."""
 
     def wake_path(self) -> Path | None:
         """The file through which :meth:`notify_pending` wakes idle nodes on this host, where

@@ -12,6 +12,7 @@ from django.db import transaction
 from ..ranks import ensure_ranked
 from . import sql
 from .base import Features, json_param
+from .inserts import Clock, insert_pending, stored
 from .orm import ORMVendor
 from .pending import aging_step, take_returning
 from .types import (
@@ -31,6 +32,21 @@ from .types import (
 ADVISORY_CLASS = 0x434A
 #: LISTEN/NOTIFY channel on which idle nodes hear that a run became pending.
 PENDING_CHANNEL = "cluster_jobs_pending"
+
+
+#: How the one-statement enqueue reads cluster time: the statement's own clock.
+CLOCK_SQL = "statement_timestamp()"
+#: A run's due time in whole microseconds since 1970 (EXTRACT returns an exact numeric).
+DUE_US = "CAST(EXTRACT(EPOCH FROM v.due) * 1000000 AS BIGINT)"
+
+# The one-statement enqueue (inserts.INSERT_PENDING) and its notification: the payload counts
+# the runs made pending (engine.wakeups). Parameters: the insert's, the channel, the payload.
+PG_INSERT_PENDING = """
+WITH new AS ({insert})
+SELECT new.id, new.job_id, new.priority, new.due_at, new.created_at, new.pending_rank,
+       pg_notify(%s, %s)
+FROM new
+"""
 
 
 #: Batches up to this size are sent as VALUES rows, larger ones as one JSON document: for one
@@ -59,7 +75,8 @@ class PostgreSQLVendor(ORMVendor):
 
     name = "postgresql"
     features: ClassVar[Features] = Features(
-        listens=True, skip_locked=True, returning=True, no_key_locks=True, session_locks=True
+        listens=True, skip_locked=True, returning=True, no_key_locks=True, session_locks=True,
+        inserts_pending=True,
     )
 
     def claim(
@@ -108,9 +125,24 @@ class PostgreSQLVendor(ORMVendor):
         # reltuples is -1 until the table is first vacuumed or analysed (PostgreSQL 14+).
         return int(row[0]) if row is not None and row[0] >= 0 else None
 
-    def notify_pending(self) -> None:
+    def insert_pending(
+        self, run: Any, name: str, callable_name: str, priority: int | None
+    ) -> Any:
+        due = f"COALESCE(%s, {CLOCK_SQL})"
+        clock = Clock(now=CLOCK_SQL, due=due, due_us=DUE_US, due_params=(run.due_at,))
+        insert, params = insert_pending(self.connection, run, name, callable_name, priority, clock)
         with self.connection.cursor() as cursor:
-            cursor.execute("SELECT pg_notify(%s, '')", [PENDING_CHANNEL])
+            cursor.execute(PG_INSERT_PENDING.format(insert=insert.strip()),
+                           [*params, PENDING_CHANNEL, "1"])  # fmt: skip
+            row = cursor.fetchone()
+        return None if row is None else stored(run, row, self.alias)
+
+    def notify_pending(self, count: int | None = None) -> None:
+        self.notify_payload("" if count is None else str(count))
+
+    def notify_payload(self, payload: str) -> None:
+        with self.connection.cursor() as cursor:
+            cursor.execute("SELECT pg_notify(%s, %s)", [PENDING_CHANNEL, payload])
 
     def bound_lock_waits(self, seconds: float) -> None:
         with self.connection.cursor() as cursor:

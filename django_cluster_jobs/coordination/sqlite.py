@@ -6,12 +6,16 @@ import logging
 from collections.abc import Collection, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..ranks import ensure_ranked
+from django.db import transaction
+
+from ..ranks import ensure_ranked, rank_of
 from . import sql, wakefile
 from .base import Features, dt_param, json_param
+from .inserts import Clock, insert_pending, stored
 from .orm import ORMVendor
 from .pending import aging_step, take_native
 from .types import (
@@ -51,11 +55,33 @@ class SQLiteVendor(ORMVendor):
 
     name = "sqlite"
     #: SQLite runs inside this process: its clock is the host's, which every node shares.
-    features: ClassVar[Features] = Features(returning=True, clock_is_local=True)
+    features: ClassVar[Features] = Features(
+        returning=True, clock_is_local=True, inserts_pending=True
+    )
 
     def db_now(self) -> datetime:
         # What SQLite's own clock would answer, to the microsecond instead of the millisecond.
         return datetime.now(UTC)
+
+    def insert_pending(
+        self, run: Any, name: str, callable_name: str, priority: int | None
+    ) -> Any:
+        conn, now = self.connection, self.db_now()
+        due = now if run.due_at is None else run.due_at
+        clock = Clock(
+            now="%s", due="%s", due_us="%s", now_params=(dt_param(conn, now),),
+            due_params=(dt_param(conn, due),), due_us_params=(rank_of(due, 0, 0),),
+        )  # fmt: skip
+        query, params = insert_pending(conn, run, name, callable_name, priority, clock)
+        with conn.cursor() as cursor:
+            cursor.execute(query, params)
+            row = cursor.fetchone()
+        if row is None:
+            return None
+        # The wake file is signalled once the run is committed (at once outside a transaction).
+        transaction.on_commit(partial(self.notify_pending, 1), using=self.alias)
+        run.scheduled_at, run.due_at, run.created_at = due, due, now
+        return stored(run, row, self.alias, times=False)
 
     def claim(
         self, claims: Sequence[Claim], node: str, now: datetime, lease_until: datetime
@@ -131,7 +157,7 @@ class SQLiteVendor(ORMVendor):
     def wake_path(self) -> Path | None:
         return wakefile.path_for(self.connection.settings_dict["NAME"])
 
-    def notify_pending(self) -> None:
+    def notify_pending(self, count: int | None = None) -> None:
         """Wake the idle nodes through the wake file beside the database (every process that
         opens an SQLite file runs on its host); a failure is logged, never raised: the run is
         committed, and the nodes' safety poll finds it."""

@@ -1,5 +1,6 @@
-"""What wakes an idle node when a run becomes pending: PostgreSQL's LISTEN on a dedicated
-connection, or on SQLite a look at the wake file beside the database."""
+"""What wakes an idle node when runs become pending: PostgreSQL's LISTEN on a dedicated
+connection (as many nodes as there are runs for: engine.wakeups), or on SQLite a look at the
+wake file beside the database."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from django.db import connections
 from ..coordination import wakefile
 from ..coordination.postgresql import PENDING_CHANNEL
 from .periodic import PeriodicThread
+from .wakeups import Wake, parse
 
 logger = logging.getLogger(__name__)
 
@@ -21,16 +23,17 @@ RECONNECT = 1.0
 
 
 class PendingListener(PeriodicThread):
-    """Keeps one LISTEN connection open (reconnecting after errors) and calls ``wake``."""
+    """Keeps one LISTEN connection open (reconnecting after errors) and calls ``notified`` with
+    each notification's wake-up (None: look now, whatever the notification is for)."""
 
     what = "pending listener"
     at_once = True
     #: NOTIFY is sent with the commit that made the run pending: no look is needed besides.
     safety_polls: int | None = None
 
-    def __init__(self, alias: str, node_id: str, wake: Callable[[], None]) -> None:
+    def __init__(self, alias: str, node_id: str, notified: Callable[[Wake | None], None]) -> None:
         super().__init__(name=f"cluster-jobs-listen-{node_id}")
-        self.alias, self.wake = alias, wake
+        self.alias, self.notified = alias, notified
         #: True while a LISTEN connection is open; the node polls while it is not.
         self.healthy = False
 
@@ -42,11 +45,11 @@ class PendingListener(PeriodicThread):
         try:
             self._listen()
         finally:
-            self.wake()  # whatever became pending while nobody listened
+            self.notified(None)  # whatever became pending while nobody listened
 
     def restarted(self) -> PendingListener:
         node_id = self.name.removeprefix("cluster-jobs-listen-")
-        return PendingListener(self.alias, node_id, self.wake)
+        return PendingListener(self.alias, node_id, self.notified)
 
     def _listen(self) -> None:
         wrapper = connections[self.alias]
@@ -55,10 +58,10 @@ class PendingListener(PeriodicThread):
             conn.autocommit = True
             conn.execute(f"LISTEN {PENDING_CHANNEL}")
             self.healthy = True
-            self.wake()  # anything made pending while we were not listening
+            self.notified(None)  # anything made pending while we were not listening
             while not self.stopped:
-                for _ in conn.notifies(timeout=LOOK):
-                    self.wake()
+                for notify in conn.notifies(timeout=LOOK):
+                    self.notified(parse(notify.payload, notify.pid))
         finally:
             self.healthy = False
             conn.close()

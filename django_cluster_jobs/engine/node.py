@@ -87,6 +87,8 @@ class Node:
         self.claimer = Claimer(self)
         self.taker = Taker(self)
         self.wake = threading.Event()
+        #: The live nodes' ids, as the last heartbeat read them (empty before the first).
+        self._live: tuple[str, ...] = ()
         self.ticks = 0
         self.heartbeat = HeartbeatThread(self)
         self.leader = Leader(self)
@@ -115,7 +117,7 @@ class Node:
 
         vendor = self.ledger.vendor
         if vendor.features.listens:
-            return PendingListener(self.ledger.alias, self.node_id, self.taker.wake)
+            return PendingListener(self.ledger.alias, self.node_id, self.taker.notified)
         path = vendor.wake_path()
         return None if path is None else FileListener(path, self.node_id, self.taker.wake)
 
@@ -168,6 +170,14 @@ class Node:
     def free_threads(self) -> int:
         return self.executor.free
 
+    @property
+    def threads(self) -> int:
+        return self.executor.threads
+
+    @property
+    def live_nodes(self) -> Sequence[str]:
+        return self._live
+
     def job_names(self) -> list[str]:
         return self.registry.names()
 
@@ -188,7 +198,9 @@ class Node:
             self.leader_thread.poke()
 
     def peers_seen(self, peers: Sequence[Peer]) -> None:
-        """The live nodes the heartbeat read: presence watches them."""
+        """The live nodes the heartbeat read: presence watches them, and the taker counts on
+        them to know which notifications are for this node (engine.wakeups)."""
+        self._live = tuple(sorted(peer.node_id for peer in peers))
         if self.presence is not None:
             self.presence.observe(peers)
 

@@ -41,6 +41,12 @@ class ClaimerHost(Logs, Protocol):
 
     def free_threads(self) -> int: ...
 
+    @property
+    def threads(self) -> int: ...
+
+    @property
+    def live_nodes(self) -> Sequence[str]: ...
+
     def start_run(
         self,
         won: Won,

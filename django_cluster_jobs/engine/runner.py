@@ -379,7 +379,7 @@ class Runner:
     def _after(self, active: Active, outcome: Ending, attempt_state: str, now: datetime) -> None:
         definition = active.planned.definition
         if outcome.state == RunState.SUCCEEDED:
-            self._signal(signals.run_succeeded, active, result=outcome.result)
+            self._signal(signals.run_succeeded, active, result=outcome.result, finished_at=now)
         elif outcome.state in (RunState.FAILED, RunState.TIMED_OUT, RunState.DEAD):
             self._signal(
                 signals.run_failed,

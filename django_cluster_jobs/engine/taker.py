@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections import deque
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
@@ -15,6 +16,7 @@ from ..policies.overlap import limited
 from .executor import release_broken_connections
 from .planner import Planned
 from .protocols import ClaimerHost
+from .wakeups import Wake, passed_on, share
 
 logger = logging.getLogger("django_cluster_jobs.engine.node")
 
@@ -32,6 +34,8 @@ class Taker:
         self.polling = False
         #: How many wake-ups came, so one that comes during a pass is not lost with its plan.
         self._woken = 0
+        #: The notifications for this node since the last look, each with its share of runs.
+        self.wakes: deque[tuple[Wake | None, int]] = deque()
 
     def wake(self) -> None:
         """Look for pending runs now (from any thread)."""
@@ -39,6 +43,21 @@ class Taker:
         self.polling = False
         self.due = self.host.clock.now()
         self.host.wake.set()
+
+    def notified(self, wake: Wake | None) -> None:
+        """Runs became pending (from the listener's thread): look now if the notification is
+        for this node, else one poll interval later, in case the node it is for cannot take
+        them and nothing passes them on (see engine.wakeups)."""
+        host = self.host
+        mine = share(wake, host.live_nodes, host.node_id, host.threads)
+        if mine:
+            self.wakes.append((wake, mine))
+            self.wake()
+            return
+        later = host.clock.now() + timedelta(seconds=app_settings.POLL_INTERVAL)
+        if self.due is None or self.due > later:
+            self.due = later
+            host.wake.set()  # the loop sleeps until this new time
 
     def thread_freed(self) -> None:
         """A handler finished: if due pending runs were waiting for a thread, look now."""
@@ -52,12 +71,30 @@ class Taker:
             return
         woken = self._woken
         free = 0 if self.host.stopping else self.host.free_threads()
+        wakes = [self.wakes.popleft() for _ in range(len(self.wakes))]
         taken, next_due = self._take(jobs, free, now)
         for won in taken:
             self.host.start_run(won, jobs[won.job_id], won.scheduled_at or now, won.payload or {})
         self._plan(now, next_due)
+        if len(taken) >= free:  # due runs may be left that this node had no thread for
+            self._pass_on(wakes, free)
         if self._woken != woken and not self.blocked:  # announced during the pass, perhaps
             self.wake()  # after its last read; a blocked taker looks when a thread frees up
+
+    def _pass_on(self, wakes: list[tuple[Wake | None, int]], free: int) -> None:
+        """Ask the next nodes for the share of each notification this node had no thread for."""
+        nodes, threads = len(self.host.live_nodes), self.host.threads
+        for wake, mine in wakes:
+            used = min(mine, free)
+            free -= used
+            onward = None if wake is None else passed_on(wake, mine - used, nodes, threads)
+            if onward is not None:
+                try:
+                    self.host.ledger.vendor.notify_payload(onward.payload())
+                except Exception as exc:  # the other nodes' fallback look still finds them
+                    release_broken_connections()
+                    logger.warning("could not pass pending runs on: %s", exc,
+                                   extra=self.host.log_extra)  # fmt: skip
 
     def _take(
         self, jobs: Mapping[int, Planned], free: int, now: datetime

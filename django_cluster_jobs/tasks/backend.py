@@ -41,6 +41,8 @@ class ClusterJobsBackend(compat.BaseTaskBackend):
         super().__init__(alias, params)
         #: The job policies OPTIONS ask for, and the problems found in them.
         self.policies, self.problems = policies_from(alias, self.options)
+        #: The tasks (by repr: every field) whose declaration build() found runnable here.
+        self._built: set[str] = set()
 
     def validate_task(self, task: Any) -> None:
         """Refuse what Django refuses, then what the ledger cannot run (InvalidTask)."""
@@ -52,9 +54,17 @@ class ClusterJobsBackend(compat.BaseTaskBackend):
                 task.module_path, priority=task.priority, queue=task.queue_name,
                 queues=self.queues, at=task.run_after,
             )  # fmt: skip
-            build(task)  # the decorator's retry and timeout keywords
+            self._build_once(task)
         except ImproperlyDeclared as exc:
             raise compat.InvalidTask(str(exc)) from None
+
+    def _build_once(self, task: Any) -> None:
+        """Check the decorator's retry and timeout keywords, once per distinct task: a task is
+        frozen, and this backend's OPTIONS do not change while it exists."""
+        key = repr(task)
+        if key not in self._built:
+            build(task)
+            self._built.add(key)
 
     def enqueue(self, task: Any, args: Any, kwargs: Any) -> Any:
         """Store a pending run of ``task``; return its TaskResult (READY)."""

@@ -8,7 +8,7 @@ from typing import Any
 from ..conf import app_settings
 from ..context import RunContext
 from ..models import JobRun
-from . import compat
+from . import compat, running
 from .results import result_of
 
 
@@ -28,6 +28,7 @@ def execute(task: Any, context: RunContext, payload: dict) -> Any:
             kwargs=payload.get("kwargs") or {},
         )
     run = runs.get(pk=context.run_id)
+    running.put(run)
     started = result_of(run, task)
     backend = task.get_backend()
     compat.task_started.send(sender=type(backend), task_result=started)

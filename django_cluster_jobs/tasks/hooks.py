@@ -42,9 +42,11 @@ def finished(sender: Any, run_id: int, will_retry: bool = False, **kwargs: Any) 
         return
     if not isinstance(job, TaskJob):
         return
-    from . import compat
+    from . import compat, running
     from .results import result_of
 
-    run = JobRun.objects.using(app_settings.DATABASE).get(pk=run_id)
+    run = running.ended(run_id, kwargs)
+    if run is None:
+        run = JobRun.objects.using(app_settings.DATABASE).get(pk=run_id)
     result = result_of(run, job.task)
     compat.task_finished.send(sender=type(job.task.get_backend()), task_result=result)

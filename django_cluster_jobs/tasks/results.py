@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..models import EventKind, JobRun, RunEvent, RunState
+from ..models import EventKind, JobRun, Outcome, RunEvent, RunState
 from . import compat
 
 #: The run's state → the status Django documents. A retry waiting to run is pending: READY.
@@ -41,11 +41,29 @@ def status_of(state: str) -> Any:
     return compat.TaskResultStatus(STATUS.get(state, "FAILED"))
 
 
+#: Outcomes of runs made pending by a call: their first take is their first attempt's start.
+CALLED = (Outcome.ENQUEUED, Outcome.MANUAL, Outcome.REPLAY)
+#: The fence of a called run after its first take (it is stored pending with fence 1, and every
+#: take adds one).
+TAKEN_ONCE = 2
+
+
+def timeline_of(run: JobRun) -> list[RunEvent]:
+    """The run's timeline entries, oldest first. A called run taken once and never retried,
+    running or succeeded, has one that counts, its start, which its row says: no query."""
+    at = run.started_at
+    once = run.fence == TAKEN_ONCE and run.attempt == 1 and run.outcome in CALLED
+    if at is not None and once and run.state in (RunState.RUNNING, RunState.SUCCEEDED):
+        kind = EventKind.STARTED
+        return [RunEvent(run_id=run.pk, kind=kind, node=run.node, fence=TAKEN_ONCE, at=at)]
+    events = RunEvent.objects.using(run._state.db).filter(run_id=run.pk)
+    return list(events.order_by("at", "id"))
+
+
 def result_of(run: JobRun, task: Any, events: list[RunEvent] | None = None) -> Any:
     """Return the TaskResult of ``run``; ``events`` are its timeline (read when None)."""
     if events is None:
-        timeline = RunEvent.objects.using(run._state.db).filter(run_id=run.pk)
-        events = list(timeline.order_by("at", "id"))
+        events = timeline_of(run)
     starts = [event for event in events if event.kind in ATTEMPTS]
     result: Any = compat.TaskResult(
         task=task.using(priority=run.priority) if task.priority != run.priority else task,

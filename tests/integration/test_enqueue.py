@@ -17,10 +17,11 @@ from django.db import connection, transaction
 from django.test import override_settings
 from django.utils import timezone
 
-from django_cluster_jobs import InvalidPayload, registry, services
+from django_cluster_jobs import InvalidPayload, UnknownJob, registry, services
 from django_cluster_jobs.conf import app_settings
 from django_cluster_jobs.coordination import get_vendor
-from django_cluster_jobs.models import JobRun, RunState
+from django_cluster_jobs.models import JobDefinition, JobRun, RunState
+from django_cluster_jobs.ranks import rank_of
 from tests.conftest import ROOT, database_url, wait_until
 from tests.factories import JobDefinitionFactory, JobRunFactory, WorkerNodeFactory
 from tests.races import race
@@ -360,8 +361,8 @@ def test_job_enqueue_takes_an_idempotency_key_and_a_priority():
     assert later.pk != first.pk and later.due_at == first.due_at + timedelta(hours=1)
 
 
-def test_an_enqueue_without_a_key_is_one_read_and_one_insert():
-    services.definition_for("tests.manual")
+def statements_of(call) -> list[str]:
+    """The statements ``call()`` sends on this thread's connection."""
     sent: list[str] = []
 
     def record(execute, sql, params, many, context):
@@ -369,10 +370,68 @@ def test_an_enqueue_without_a_key_is_one_read_and_one_insert():
         return execute(sql, params, many, context)
 
     with connection.execute_wrapper(record):
-        services.enqueue("tests.manual", {"value": 1})
-    kinds = [sql.split(None, 1)[0].upper() for sql in sent if "pg_notify" not in sql]
-    assert kinds == ["SELECT", "INSERT"], sent
-    assert sum("pg_notify" in sql for sql in sent) == (connection.vendor == "postgresql")
+        call()
+    return sent
+
+
+def test_an_enqueue_without_a_key_is_one_statement_with_its_notification():
+    """The INSERT reads the definition row itself and, on PostgreSQL, sends the notification:
+    one round trip per call once the job's handler is known to the process."""
+    services.enqueue("tests.manual", {"value": 0})  # the first call looks the handler up
+    sent = statements_of(lambda: services.enqueue("tests.manual", {"value": 1}))
+    if not get_vendor().features.inserts_pending:  # the portable path: a read and an INSERT
+        assert [sql.split(None, 1)[0].upper() for sql in sent] == ["SELECT", "INSERT"], sent
+        return
+    assert len(sent) == 1, sent
+    assert ("pg_notify" in sent[0]) == (connection.vendor == "postgresql"), sent
+    run = JobRun.objects.get(payload={"value": 1})
+    assert (run.state, run.job.name, run.priority) == (RunState.PENDING, "tests.manual", 0)
+    assert run.pending_rank == rank_of(run.due_at, run.priority)
+    assert run.created_at == run.due_at == run.scheduled_at
+
+
+def test_an_enqueue_uses_the_definition_as_stored_at_that_instant():
+    """No copy of the definition is kept between calls: a priority changed a moment ago is the
+    next run's default, and the rank follows it."""
+    services.enqueue("tests.manual", {"value": 0})
+    JobDefinition.objects.filter(name="tests.manual").update(priority=7)
+    run = services.enqueue("tests.manual", {"value": 1})
+    stored = JobRun.objects.get(pk=run.pk)
+    assert run.priority == stored.priority == 7
+    assert stored.pending_rank == rank_of(stored.due_at, 7)
+    assert services.enqueue("tests.manual", priority=-3).priority == -3
+
+
+def test_a_deleted_job_is_refused_right_after_its_deletion():
+    """A job that exists only in the database (no code declares its name) and was enqueued a
+    moment ago: once its row is deleted, the next enqueue stores nothing and says why."""
+    JobDefinitionFactory(name="adhoc", schedule_kind="on_demand", cron="")
+    services.enqueue("adhoc", {"value": 1})
+    JobDefinition.objects.filter(name="adhoc").delete()
+    with pytest.raises(UnknownJob, match=r"'adhoc'"):
+        services.enqueue("adhoc", {"value": 2})
+    assert not JobRun.objects.exists()
+
+
+def test_a_job_whose_handler_changed_is_checked_against_the_new_one():
+    """The payload is checked against the handler the definition names when the run is stored:
+    a definition pointed at another handler since the last call is read again first."""
+    JobDefinitionFactory(name="adhoc", schedule_kind="on_demand", cron="")
+    services.enqueue("adhoc", {"value": 1})  # tests.manual takes a value
+    JobDefinition.objects.filter(name="adhoc").update(callable_name="tests.boom")
+    with pytest.raises(InvalidPayload, match=r"'adhoc'"):
+        services.enqueue("adhoc", {"value": 2})  # tests.boom takes none
+    assert JobRun.objects.count() == 1
+    assert services.enqueue("adhoc").job.callable_name == "tests.boom"
+
+
+def test_a_disabled_job_still_takes_one_off_runs_at_once():
+    """Disabling stops a job's schedule, not its on-demand runs (docs/howto/admin.md): the
+    enqueue right after the change stores a run, as it did before it."""
+    services.enqueue("tests.manual", {"value": 1})
+    services.set_enabled(["tests.manual"], enabled=False)
+    run = services.enqueue("tests.manual", {"value": 2})
+    assert JobRun.objects.get(pk=run.pk).state == RunState.PENDING
 
 
 def test_a_repeated_key_with_another_payload_is_warned_about(caplog):

@@ -91,6 +91,28 @@ def test_enqueue_stores_a_ready_run_with_its_args():
         _ = result.return_value
 
 
+def test_an_enqueue_is_one_statement():
+    """As for any one-off run: the INSERT reads the task's job definition itself (and carries
+    the notification on PostgreSQL), once the first call has stored the definition."""
+    from django.db import connection
+
+    from django_cluster_jobs.coordination import get_vendor
+
+    task_defs.add.enqueue(1)
+    sent: list[str] = []
+
+    def record(execute, sql, params, many, context):
+        sent.append(sql)
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        result = task_defs.add.enqueue(2, b=3)
+    expected = 1 if get_vendor().features.inserts_pending else 2
+    assert len(sent) == expected, sent
+    run = JobRun.objects.get(pk=int(result.id))
+    assert (run.args, run.kwargs, run.priority) == ([2], {"b": 3}, task_defs.add.priority)
+
+
 def test_run_by_a_node_succeeds_with_its_return_value(node):
     result = finished(task_defs.add.enqueue(2, b=3))
     assert result.status == TaskResultStatus.SUCCESSFUL
@@ -100,6 +122,24 @@ def test_run_by_a_node_succeeds_with_its_return_value(node):
     assert result.last_attempted_at == result.started_at
     again = task_defs.add.get_result(result.id)
     assert again.return_value == 5 and again.status == TaskResultStatus.SUCCESSFUL
+
+
+def test_a_run_taken_once_reads_as_its_stored_timeline_says(node):
+    """The result of a task run once is built from its row alone; it is the one its stored
+    timeline gives."""
+    from django_cluster_jobs.models import RunEvent
+    from django_cluster_jobs.tasks.results import result_of, timeline_of
+
+    result = finished(task_defs.add.enqueue(2, b=3))
+    run = JobRun.objects.get(pk=int(result.id))
+    stored = list(RunEvent.objects.filter(run_id=run.pk).order_by("at", "id"))
+    [start] = timeline_of(run)  # no query
+    assert [(e.kind, e.node, e.at) for e in stored if e.kind == start.kind] == [
+        (start.kind, start.node, start.at)
+    ]
+    full, short = result_of(run, task_defs.add, stored), result_of(run, task_defs.add)
+    fields = ("status", "started_at", "last_attempted_at", "finished_at", "worker_ids", "errors")
+    assert [getattr(short, f) for f in fields] == [getattr(full, f) for f in fields]
 
 
 def test_failure_is_failed_with_its_error(node):
@@ -216,6 +256,27 @@ def test_signals_are_sent(node):
         ("started", TaskResultStatus.RUNNING),
         ("finished", TaskResultStatus.SUCCESSFUL),
     ]
+
+
+def test_the_finished_signal_carries_the_result_as_stored(node):
+    """task_finished's result of a success is built from the run's start and the end its node
+    wrote, without reading the row again: it is the result get_result reads."""
+    seen = []
+
+    def receive(sender, task_result, **kwargs):
+        seen.append(task_result)
+
+    task_finished.connect(receive)
+    try:
+        result = finished(task_defs.add.enqueue(4, b=5))
+        wait_until(lambda: seen, DEADLINE)
+    finally:
+        task_finished.disconnect(receive)
+    [sent] = seen
+    stored = task_defs.add.get_result(result.id)
+    fields = ("id", "status", "args", "kwargs", "enqueued_at", "started_at", "finished_at",
+              "last_attempted_at", "worker_ids", "errors", "return_value")  # fmt: skip
+    assert [getattr(sent, f) for f in fields] == [getattr(stored, f) for f in fields]
 
 
 def test_get_result_of_another_task_is_a_mismatch_and_unknown_ids_do_not_exist():
