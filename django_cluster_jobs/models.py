@@ -22,6 +22,7 @@ from .choices import (
     Source,
 )
 from .exceptions import ClusterJobsError
+from .indexes import CoveringIndex
 
 
 class JobDefinitionQuerySet(models.QuerySet):
@@ -372,18 +373,18 @@ class JobRun(models.Model):
             # A job's runs newest first, in the exact order every list and "last run" asks for,
             # so no plan prefers walking the whole ledger's order to find a quiet job's rows;
             # with the state, a job's last day is counted from the index alone.
-            models.Index(
+            CoveringIndex(
                 fields=["job", "-scheduled_at", "-id"],
-                include=["state"],
+                covering=["state"],
                 name="cluster_jobs_run_job_recent",
             ),
             # A job's runs by id, as the API pages them.
             models.Index(fields=["job", "-id"], name="cluster_jobs_run_job_id"),
             # The whole ledger newest first (the admin's runs list), and the last day by job and
             # state from the index alone (the overview's strips).
-            models.Index(
+            CoveringIndex(
                 fields=["-scheduled_at", "-id"],
-                include=["job", "state"],
+                covering=["job", "state"],
                 name="cluster_jobs_run_recent",
             ),
             # Failures are few and written once, at their end: these cost a claim nothing, and

@@ -60,7 +60,7 @@ def insert_pending(
     pending run of job ``name``, and its parameters."""
     fields = [
         f for f in JobRun._meta.local_concrete_fields
-        if not f.primary_key and f.attname not in COMPUTED
+        if not f.primary_key and not f.generated and f.attname not in COMPUTED
     ]  # fmt: skip
     columns = ", ".join(connection.ops.quote_name(f.column) for f in fields)
     values = [f.get_db_prep_save(f.pre_save(run, True), connection) for f in fields]
