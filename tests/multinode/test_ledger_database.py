@@ -119,6 +119,9 @@ def test_two_nodes_run_each_occurrence_once_with_the_ledger_on_its_own_database(
     seen = json.loads(split.manage(code=CLIENT).strip().splitlines()[-1])
     manual = "SELECT node FROM tests_effect WHERE job = 'tests.manual'"
     wait_until(lambda: split.rows(split.app, manual), timeout=60)
+    # The triggered run starts within milliseconds (a notification, or SQLite's wake file): let
+    # the per-second job run a few more occurrences before the nodes stop.
+    wait_until(lambda: len(split.rows(split.app, every)) >= 6, timeout=60)
     for node in nodes:
         node.signal(signal.SIGTERM)
     for node in nodes:
