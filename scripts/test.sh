@@ -8,7 +8,8 @@
 # notice. REQUIRE_POSTGRES=1 turns that skip into a failure (CI sets it).
 # MariaDB / MySQL likewise: MARIADB_URL, else DATABASE_URL when it is a mysql URL (either one, if
 # unreachable, is an error), else mysql://root@127.0.0.1:3306/test when that server answers.
-# REQUIRE_MARIADB=1 turns its skip into a failure; SKIP_MARIADB=1 leaves the run out.
+# REQUIRE_MARIADB=1 turns its skip into a failure; SKIP_MARIADB=1 leaves the run out, and
+# SKIP_SQLITE=1 / SKIP_POSTGRES=1 leave theirs out (CI runs MariaDB as a job of its own).
 # PYTEST_ARGS is passed on to pytest (e.g. PYTEST_ARGS="-k claim -x").
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
@@ -121,7 +122,12 @@ else
     failed=1
 fi
 
-run_pytest SQLite || failed=1
+if [ "${SKIP_SQLITE:-0}" = 1 ]; then
+    echo "SKIP_SQLITE=1: the SQLite run is left out"
+    results+=("pytest on SQLite: left out (SKIP_SQLITE=1)")
+else
+    run_pytest SQLite || failed=1
+fi
 
 # An explicit PostgreSQL DATABASE_URL must work; the local server is used only if it answers.
 candidate=$LOCAL_POSTGRES
@@ -132,15 +138,20 @@ case ${DATABASE_URL:-} in
     *) echo "DATABASE_URL is not a PostgreSQL URL: the SQLite run ignored it, and so does this." ;;
 esac
 
-say "Looking for PostgreSQL at $(shown "$candidate")"
-if postgres_reachable "$candidate"; then
-    run_pytest "PostgreSQL ($(shown "$candidate"))" "$candidate" || failed=1
-elif [ "$required" = 1 ]; then
-    unreachable PostgreSQL "$candidate" "REQUIRE_POSTGRES=1 or a PostgreSQL DATABASE_URL"
+if [ "${SKIP_POSTGRES:-0}" = 1 ]; then
+    echo "SKIP_POSTGRES=1: the PostgreSQL run is left out"
+    results+=("pytest on PostgreSQL: left out (SKIP_POSTGRES=1)")
 else
-    echo "PostgreSQL not reachable: skipped the PostgreSQL run"
-    echo "(set DATABASE_URL=postgres://... or start a server on 127.0.0.1:5432 to include it)"
-    results+=("pytest on PostgreSQL: skipped (not reachable)")
+    say "Looking for PostgreSQL at $(shown "$candidate")"
+    if postgres_reachable "$candidate"; then
+        run_pytest "PostgreSQL ($(shown "$candidate"))" "$candidate" || failed=1
+    elif [ "$required" = 1 ]; then
+        unreachable PostgreSQL "$candidate" "REQUIRE_POSTGRES=1 or a PostgreSQL DATABASE_URL"
+    else
+        echo "PostgreSQL not reachable: skipped the PostgreSQL run"
+        echo "(set DATABASE_URL=postgres://... or start a server on 127.0.0.1:5432 to include it)"
+        results+=("pytest on PostgreSQL: skipped (not reachable)")
+    fi
 fi
 
 # MariaDB / MySQL: an explicit URL must work; the local server is used only if it answers.
