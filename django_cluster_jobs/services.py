@@ -417,7 +417,8 @@ def replay_dead_letter(run_id: int, *, by: str = "", using: str | None = None) -
     using = using or app_settings.DATABASE
     with transaction.atomic(using=using):
         dead = JobRun.objects.using(using).filter(pk=run_id, state=RunState.DEAD)
-        run = dead.select_related("job").select_for_update(of=("self",)).first()
+        # Only the run's row is locked (no FOR UPDATE OF, which MariaDB and MySQL lack).
+        run = dead.select_for_update().first()
         if run is None or JobRun.objects.using(using).filter(origin=run).exists():
             return None
         return replay(run, by=by, using=using)

@@ -11,6 +11,7 @@ from django_cluster_jobs import services
 from django_cluster_jobs.models import Cause, JobRun, RunState, WorkerNode
 from tests.conftest import wait_until
 from tests.models import Effect
+from tests.multinode.test_faults import needs_presence
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.multinode]
 
@@ -99,6 +100,7 @@ def test_a_failed_predecessor_skips_its_dependent_and_a_replay_resumes_it(start_
     assert JobRun.objects.filter(job__name="tests.flow_d").count() == 1
 
 
+@needs_presence  # the takeover within LONG_LEASE, with cause node_lost, comes from presence
 def test_a_node_killed_mid_instance_has_its_run_taken_over_and_the_instance_ends(
     start_scheduler,
 ):

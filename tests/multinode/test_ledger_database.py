@@ -86,6 +86,9 @@ class Split:
 @pytest.fixture
 def split(tmp_path: Path) -> Iterator[Split]:
     """Two empty databases, migrated as the how-to says: ``migrate``, ``migrate --database``."""
+    if connection.vendor not in ("sqlite", "postgresql"):
+        pytest.skip(f"the fixture makes its two databases on SQLite or PostgreSQL only, not on "
+                    f"{connection.vendor}")  # fmt: skip
     base = database_url()
     if connection.vendor == "sqlite":
         app, ledger = tmp_path / "app.sqlite3", tmp_path / "ledger.sqlite3"
