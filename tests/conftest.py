@@ -15,6 +15,7 @@ import pytest
 from django.db import connection
 
 from django_cluster_jobs.ledger import get_ledger
+from tests import timing
 
 #: Fixtures shared by the API test modules.
 pytest_plugins = ["tests.api_fixtures"]
@@ -22,7 +23,7 @@ pytest_plugins = ["tests.api_fixtures"]
 ROOT = Path(__file__).resolve().parent.parent
 #: Hard deadline of any one scheduler subprocess started by a test, from its start: longer than
 #: any wait a test makes on one. A watchdog kills a process that outlives it and fails the test.
-PROCESS_DEADLINE = 120.0
+PROCESS_DEADLINE = timing.PROCESS_LIFE
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -30,12 +31,20 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:  # a test that starts scheduler processes depends on time (tests/timing.py)
+        if item.get_closest_marker("multinode") and not item.get_closest_marker("timing"):
+            item.add_marker(pytest.mark.timing)
     if connection.vendor == "postgresql":
         return
     skip = pytest.mark.skip(reason=f"needs PostgreSQL; this run uses {connection.vendor}")
     for item in items:
         if "postgresql" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    timing.entering(item.nodeid, item.get_closest_marker("timing") is not None)
 
 
 @pytest.fixture(params=["native", "orm"])
@@ -68,6 +77,7 @@ class Scheduler:
         log: Path,
         deadline: float = PROCESS_DEADLINE,
     ) -> None:
+        timing.require_timing_marker("a scheduler process")
         self.node_id, self.log = node_id, log
         self._out = log.open("wb")
         cmd = [sys.executable, "-m", "django", "runscheduler", "--node-id", node_id, *args]
@@ -162,12 +172,13 @@ def start_scheduler(tmp_path: Path) -> Iterator[Callable[..., Scheduler]]:
 
 def wait_until(predicate: Callable[[], object], timeout: float, interval: float = 0.05) -> object:
     """Poll ``predicate`` until it is truthy; fail the test when ``timeout`` seconds pass."""
+    timing.require_timing_marker("wait_until()")
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if value := predicate():
             return value
         time.sleep(interval)
-    pytest.fail(f"condition not met within {timeout}s")
+    pytest.fail(f"condition not met within {timeout:g} s (time scale {timing.SCALE:g})")
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from uuid import UUID
 from django_cluster_jobs import RunContext, job
 
 from .models import Effect
+from .timing import scaled
 
 
 def record(ctx: RunContext) -> None:
@@ -52,7 +53,7 @@ def at_startup(ctx: RunContext) -> None:
 @job(name="tests.slow", cron="* * * * * *", enabled="slow" in ENABLED)
 def slow(ctx: RunContext) -> None:
     record(ctx)
-    seconds = float(os.environ.get("CLUSTER_JOBS_TEST_SLOW", "3"))
+    seconds = scaled(float(os.environ.get("CLUSTER_JOBS_TEST_SLOW", "3")))
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(0.05)
@@ -71,13 +72,14 @@ def boom() -> None:
 
 
 def _hold(ctx: RunContext) -> dict:
-    """Record the start, work for CLUSTER_JOBS_TEST_LONG seconds ignoring cancel, record the end.
+    """Record the start, work for CLUSTER_JOBS_TEST_LONG (scaled) seconds ignoring cancel, record
+    the end.
 
     Ignoring the cancel flag on purpose lets the fault tests show that fencing, not politeness,
     keeps a late writer out.
     """
     record(ctx)
-    deadline = time.monotonic() + float(os.environ.get("CLUSTER_JOBS_TEST_LONG", "4"))
+    deadline = time.monotonic() + scaled(float(os.environ.get("CLUSTER_JOBS_TEST_LONG", "4")))
     while time.monotonic() < deadline:
         time.sleep(0.05)
     record(ctx)
@@ -359,9 +361,9 @@ def _together(ctx: RunContext) -> None:
     """Record, then wait until the other branch of the same instance runs too, so both end at
     the same instant (on two nodes, or two threads of one)."""
     record(ctx)
-    deadline = time.monotonic() + float(os.environ.get("CLUSTER_JOBS_TEST_LONG", "0"))
+    deadline = time.monotonic() + scaled(float(os.environ.get("CLUSTER_JOBS_TEST_LONG", "0")))
     branches = Effect.objects.filter(key=ctx.key, job__in=("tests.flow_b", "tests.flow_c"))
-    while time.monotonic() < deadline + 5 and branches.count() < 2:
+    while time.monotonic() < deadline + scaled(5) and branches.count() < 2:
         time.sleep(0.02)
     while time.monotonic() < deadline:
         time.sleep(0.05)

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import environ
 
+from tests.timing import scaled
+
 BASE_DIR = Path(__file__).resolve().parent
 env = environ.Env()
 
@@ -73,16 +75,18 @@ elif _db["ENGINE"].endswith("mysql"):  # MariaDB / MySQL
     _db["OPTIONS"] = {"charset": "utf8mb4"}
     _db["TEST"] = {"CHARSET": "utf8mb4", "COLLATION": "utf8mb4_unicode_ci"}
 
+# The scheduler's timings, in seconds of a reference machine: each one (and each override a test
+# gives a scheduler process through its environment) times the suite's one scale (tests/timing.py).
 CLUSTER_JOBS = {
-    "HEARTBEAT_INTERVAL": env.float("CLUSTER_JOBS_HEARTBEAT", default=0.5),
-    "LEASE_TTL": env.float("CLUSTER_JOBS_LEASE_TTL", default=3.0),
-    "GRACE_PERIOD": env.float("CLUSTER_JOBS_GRACE", default=5.0),
-    "LEADER_TTL": env.float("CLUSTER_JOBS_LEADER_TTL", default=2.0),
-    "DEAD_AFTER": env.float("CLUSTER_JOBS_DEAD_AFTER", default=4.0),
+    "HEARTBEAT_INTERVAL": scaled(env.float("CLUSTER_JOBS_HEARTBEAT", default=0.5)),
+    "LEASE_TTL": scaled(env.float("CLUSTER_JOBS_LEASE_TTL", default=3.0)),
+    "GRACE_PERIOD": scaled(env.float("CLUSTER_JOBS_GRACE", default=5.0)),
+    "LEADER_TTL": scaled(env.float("CLUSTER_JOBS_LEADER_TTL", default=2.0)),
+    "DEAD_AFTER": scaled(env.float("CLUSTER_JOBS_DEAD_AFTER", default=4.0)),
     "COORDINATION": env.str("CLUSTER_JOBS_COORDINATION", default="auto"),
     "PRESENCE": env.bool("CLUSTER_JOBS_TEST_PRESENCE", default=True),
     "EXECUTOR_THREADS": 4,
-    "POLL_INTERVAL": env.float("CLUSTER_JOBS_TEST_POLL", default=1.0),
+    "POLL_INTERVAL": scaled(env.float("CLUSTER_JOBS_TEST_POLL", default=1.0)),
     "CLOCK": env.str("CLUSTER_JOBS_TEST_CLOCK", default="tests.clocks.EnvSkewedClock"),
     "QUEUE_LIMITS": {"limited": 2},
 }

@@ -1,0 +1,96 @@
+"""Rules of the suite itself, read from its source: no bare number of seconds in a test.
+
+Every deadline and every wait of a test is a named multiple of the one time scale
+(tests/timing.py), so that a slower machine raises one number. A literal in a deadline's place
+would ignore it; this module finds each one with its file and line.
+"""
+
+from __future__ import annotations
+
+import ast
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parent.parent
+#: Keyword arguments that are a number of seconds to wait or to live.
+DEADLINE_KEYWORDS = {"timeout", "deadline", "within", "seconds"}
+#: Calls whose second positional argument is a deadline.
+SECOND_ARGUMENT_DEADLINE = {"wait_until"}
+#: Calls whose first positional argument is a number of seconds.
+FIRST_ARGUMENT_SECONDS = {"sleep", "wait", "join", "communicate", "pause"}
+#: Calls that make a value out of seconds (an instant, a schedule), not a wait.
+VALUES = {"timedelta"}
+#: Command-line options of runscheduler that take seconds.
+SECONDS_OPTIONS = {"--duration", "--interval"}
+
+
+def literal_seconds(node: ast.expr | None) -> bool:
+    """A number written out (other than 0), or arithmetic on numbers written out only."""
+    if isinstance(node, ast.Constant):
+        return (
+            isinstance(node.value, int | float)
+            and not isinstance(node.value, bool)
+            and bool(node.value)
+        )
+    if isinstance(node, ast.UnaryOp):
+        return literal_seconds(node.operand)
+    if isinstance(node, ast.BinOp):
+        parts = (node.left, node.right)
+        return all(isinstance(p, ast.Constant | ast.UnaryOp | ast.BinOp) for p in parts) and any(
+            literal_seconds(p) for p in parts
+        )
+    return False
+
+
+def called_name(call: ast.Call) -> str:
+    func = call.func
+    return func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+
+
+def bare_constants(tree: ast.Module) -> set[str]:
+    """Module-level names bound to a number written out."""
+    names = set()
+    for statement in tree.body:
+        targets = statement.targets if isinstance(statement, ast.Assign) else []
+        if isinstance(statement, ast.AnnAssign):
+            targets = [statement.target]
+        value = getattr(statement, "value", None)
+        if literal_seconds(value):
+            names |= {t.id for t in targets if isinstance(t, ast.Name)}
+    return names
+
+
+def violations_in(path: Path) -> Iterator[str]:
+    tree = ast.parse(path.read_text(), str(path))
+    constants = bare_constants(tree)
+
+    def bare(node: ast.expr | None) -> bool:
+        return literal_seconds(node) or (isinstance(node, ast.Name) and node.id in constants)
+
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        name, where = called_name(call), f"{path.relative_to(TESTS.parent)}:{call.lineno}"
+        if name in VALUES:
+            continue
+        for keyword in call.keywords:
+            if keyword.arg in DEADLINE_KEYWORDS and bare(keyword.value):
+                yield f"{where}: {name}({keyword.arg}=…) is a bare number of seconds"
+        if name in SECOND_ARGUMENT_DEADLINE and len(call.args) > 1 and bare(call.args[1]):
+            yield f"{where}: {name}(…, <seconds>) is a bare number of seconds"
+        if name in FIRST_ARGUMENT_SECONDS and call.args and bare(call.args[0]):
+            yield f"{where}: {name}(<seconds>) is a bare number of seconds"
+        strings = [a.value for a in call.args if isinstance(a, ast.Constant)]
+        for option, value in itertools.pairwise(strings):
+            if option in SECONDS_OPTIONS and isinstance(value, str) and value != "0":
+                yield f"{where}: {option} {value!r} is a bare number of seconds"
+
+
+def module_paths() -> list[Path]:
+    return sorted(TESTS.rglob("test_*.py"))
+
+
+def test_no_test_waits_a_bare_number_of_seconds():
+    found = [v for path in module_paths() for v in violations_in(path)]
+    assert not found, (
+        "use a deadline of tests/timing.py, or name one there with scaled(): " + "\n".join(found)
+    )
