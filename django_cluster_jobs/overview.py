@@ -98,8 +98,10 @@ def strips(alias: str, now: datetime) -> dict[str, list[Cell]]:
 def cluster_overview(alias: str, now: datetime | None = None) -> dict[str, Any]:
     """The status report plus strips, backlog and dead letters; failing and breaker-open jobs
     first, then by name."""
+    # The report writes its time to the millisecond; the strips need the instant itself, or the
+    # runs scheduled in the report's last millisecond would be left out of the current hour.
+    now = now or get_vendor(alias).db_now()
     report = build_status(using=alias, now=now)
-    now = datetime.fromisoformat(report["generated_at"])
     by_job, letters = strips(alias, now), dead_letters(alias)
     tripped = set(
         JobDefinition.objects.using(alias).breaker_open(now).values_list("name", flat=True)

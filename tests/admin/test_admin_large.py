@@ -160,3 +160,13 @@ def test_the_overview_reads_the_last_day_without_a_join(runs):
     assert day and all("JOIN" not in sql for sql in day)
     busy = next(job for job in report["jobs"] if job["name"] == "busy")
     assert sum(sum(cell.counts.values()) for cell in busy["strip"]) == 6
+
+
+def test_the_current_hour_counts_a_run_scheduled_in_the_reports_last_millisecond(runs):
+    """The report writes its time to the millisecond; the strips must use the instant itself."""
+    run = JobRunFactory(job=runs, node="node-a")
+    at = run.scheduled_at.replace(microsecond=run.scheduled_at.microsecond // 1000 * 1000 + 999)
+    JobRun.objects.filter(pk=run.pk).update(scheduled_at=at)
+    report = cluster_overview(connection.alias, now=at)
+    busy = next(job for job in report["jobs"] if job["name"] == "busy")
+    assert sum(sum(cell.counts.values()) for cell in busy["strip"]) == 7
