@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
 # make test: lint, types and Django checks, then the test suite on SQLite, on PostgreSQL and on
-# MariaDB / MySQL.
+# MariaDB / MySQL. make check (CHECK=1): the static checks and the tests that start no process,
+# on SQLite only: the inner loop, a few minutes.
+#
+# Each database's suite runs in two parts: the rest, then the tests marked `timing` (their outcome
+# depends on wall-clock time; tests/timing.py). TESTS_SQLITE, TESTS_POSTGRES and TESTS_MARIADB say
+# which parts run on each: all (the default: rest,timing), none, or the parts in the order to run
+# them (rest, timing, timing,rest). TIMING_LOCK=FILE makes every
+# timing part hold `flock FILE` while it runs, so that suites started side by side (CI) never run
+# their timing parts at the same time. CLUSTER_JOBS_TEST_TIME_SCALE (default 1) multiplies every
+# deadline of the suite, for a slower machine.
 #
 # The SQLite run ignores DATABASE_URL (tests/settings.py then uses an SQLite file). PostgreSQL:
 # DATABASE_URL when it is a postgres URL (an unreachable one is an error), else
@@ -8,9 +17,12 @@
 # notice. REQUIRE_POSTGRES=1 turns that skip into a failure (CI sets it).
 # MariaDB / MySQL likewise: MARIADB_URL, else DATABASE_URL when it is a mysql URL (either one, if
 # unreachable, is an error), else mysql://root@127.0.0.1:3306/test when that server answers.
-# REQUIRE_MARIADB=1 turns its skip into a failure; SKIP_MARIADB=1 leaves the run out, and
-# SKIP_SQLITE=1 / SKIP_POSTGRES=1 leave theirs out (CI runs MariaDB as a job of its own).
-# PYTEST_ARGS is passed on to pytest (e.g. PYTEST_ARGS="-k claim -x").
+# REQUIRE_MARIADB=1 turns its skip into a failure. SKIP_SQLITE=1, SKIP_POSTGRES=1 and
+# SKIP_MARIADB=1 are TESTS_...=none; SKIP_STATIC=1 leaves out the static checks.
+# PYTEST_ARGS is passed on to pytest (e.g. PYTEST_ARGS="-k claim -x"); with a -m of its own, each
+# database runs once with that selection instead of in two parts.
+# For CI: JUNIT_DIR=DIR writes a JUnit XML report per pytest run there, and STEPS_FILE=FILE appends
+# one line per step (status|step|seconds|first error line) for scripts/ci_report.py.
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 1
 . scripts/lib.sh
@@ -20,9 +32,34 @@ LOCAL_MARIADB=mysql://root@127.0.0.1:3306/test
 ensure_venv test
 py="$VENV/bin/python"
 results=()
+failed=0
+read -r -a user_args <<<"${PYTEST_ARGS:-}"
+
+if [ "${CHECK:-0}" = 1 ]; then  # make check: no process started, SQLite only
+    TESTS_SQLITE=rest TESTS_POSTGRES=none TESTS_MARIADB=none
+    REST_MARK="not timing and not browser"
+fi
+REST_MARK=${REST_MARK:-not timing}
+[ "${SKIP_SQLITE:-0}" = 1 ] && TESTS_SQLITE=none
+[ "${SKIP_POSTGRES:-0}" = 1 ] && TESTS_POSTGRES=none
+[ "${SKIP_MARIADB:-0}" = 1 ] && TESTS_MARIADB=none
 
 # Print the URL with any password hidden.
 shown() { printf '%s' "$1" | sed -E 's#(://[^:/@]+):[^@]*@#\1:***@#'; }
+
+# step STATUS NAME SECONDS [DETAIL]: one line of the summary, and of STEPS_FILE when set.
+step() {
+    results+=("$2: $1 (${3}s)${4:+ — $4}")
+    [ -z "${STEPS_FILE:-}" ] || printf '%s|%s|%s|%s\n' "$1" "$2" "$3" "${4:-}" >>"$STEPS_FILE"
+}
+
+# first_error FILE: the first line of a failed tool's output that names the error.
+first_error() {
+    local line
+    line=$(grep -m 1 -E 'error|Error|ERROR|FAILED|Migrations for|broken|^[A-Z]+[0-9]+ ' "$1")
+    [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' "$1" | tail -n 1)
+    printf '%s' "${line:0:200}"
+}
 
 # True when the PostgreSQL server behind the URL accepts a connection within 3 seconds.
 postgres_reachable() {
@@ -76,58 +113,79 @@ unreachable() {
         echo "($3). Start the server or fix the URL."
         printf '%s\n' "$rule"
     } >&2
-    results+=("pytest on $1: FAILED (not reachable)")
+    step FAILED "pytest on $1" 0 "not reachable at $(shown "$2")"
     failed=1
 }
 
-# run_pytest LABEL [DATABASE_URL]: run the suite; "no tests collected" (exit 5) is a failure.
-run_pytest() {
-    local label=$1 url=${2:-} rc=0
-    say "pytest on $label"
-    local args
-    read -r -a args <<<"${PYTEST_ARGS:-}"
-    if [ -n "$url" ]; then
-        DATABASE_URL=$url "$py" -m pytest "${args[@]}" || rc=$?
-    else
-        env -u DATABASE_URL "$py" -m pytest "${args[@]}" || rc=$?
-    fi
-    case $rc in
-        0) results+=("pytest on $label: passed") ;;
-        5) results+=("pytest on $label: FAILED (no tests were collected)") ;;
-        *) results+=("pytest on $label: FAILED (pytest exit code $rc)") ;;
+# pytest_part LABEL SLUG PART [URL]: one pytest run (PART: rest, timing or selected); "no tests
+# collected" (exit 5) is a failure; a timing part holds TIMING_LOCK when that is set.
+pytest_part() {
+    local label="$1 ($3)" slug=$2 part=$3 url=${4:-} rc=0 started=$SECONDS args=()
+    case $part in
+        rest) args=(-m "$REST_MARK") ;;
+        timing) args=(-m timing) ;;
     esac
-    return "$rc"
+    [ -z "${JUNIT_DIR:-}" ] || args+=(--junitxml="$JUNIT_DIR/$slug-$part.xml" -o junit_family=xunit1)
+    local run=(env -u DATABASE_URL)
+    [ -z "$url" ] || run=(env DATABASE_URL="$url")
+    if [ "$part" = timing ] && [ -n "${TIMING_LOCK:-}" ]; then
+        say "pytest on $label: waiting for $TIMING_LOCK (one timing part at a time)"
+        run=(flock "$TIMING_LOCK" "${run[@]}")
+    else
+        say "pytest on $label"
+    fi
+    "${run[@]}" "$py" -m pytest "${args[@]}" "${user_args[@]}" || rc=$?
+    case $rc in
+        0) step passed "pytest on $label" $((SECONDS - started)) ;;
+        5) step FAILED "pytest on $label" $((SECONDS - started)) "no tests were collected" ;;
+        *) step FAILED "pytest on $label" $((SECONDS - started)) "pytest exit code $rc" ;;
+    esac
+    [ "$rc" = 0 ] || failed=1
 }
 
-say "Static checks: ruff, import contracts, mypy, Django system checks, missing migrations"
-static_ok=1
+# suite LABEL SLUG PARTS [URL]: the database's suite in the parts asked for, in their order
+# (PARTS: all, none, or a comma-separated list of rest and timing).
+suite() {
+    local parts=$3 part
+    [ "$parts" = all ] && parts=rest,timing
+    if printf '%s\n' "${user_args[@]}" | grep -qx -- '-m'; then
+        [ "$parts" = none ] || parts=selected
+    fi
+    [ "$parts" = none ] && { results+=("pytest on $1: left out"); return; }
+    for part in ${parts//,/ }; do
+        case $part in
+            rest | timing | selected) pytest_part "$1" "$2" "$part" "${4:-}" ;;
+            *) fail "TESTS_... takes all, none or a list of rest and timing, not '$3'" ;;
+        esac
+    done
+}
+
+# static NAME COMMAND...: one static check, its output shown and kept for the summary.
 static() {
-    env -u DATABASE_URL DJANGO_SETTINGS_MODULE=tests.settings "$@" || {
-        echo "FAILED: $*" >&2
-        static_ok=0
-    }
+    local name=$1 started=$SECONDS out
+    shift
+    out=$(mktemp)
+    if env -u DATABASE_URL DJANGO_SETTINGS_MODULE=tests.settings "$@" 2>&1 | tee "$out"; then
+        step passed "$name" $((SECONDS - started))
+    else
+        step FAILED "$name" $((SECONDS - started)) "$(first_error "$out")"
+        failed=1
+    fi
+    rm -f "$out"
 }
-static "$VENV/bin/ruff" check .
-static "$VENV/bin/lint-imports"
-static "$VENV/bin/mypy" django_cluster_jobs
-static "$py" -m django check --fail-level WARNING
-static "$py" -m django makemigrations --check --dry-run
 
-failed=0
-if [ "$static_ok" = 1 ]; then
-    results+=("static checks: passed")
+if [ "${SKIP_STATIC:-0}" = 1 ]; then
+    results+=("static checks: left out (SKIP_STATIC=1)")
 else
-    echo "Static checks FAILED (see above); the tests run anyway, but make test will fail." >&2
-    results+=("static checks: FAILED")
-    failed=1
+    say "Static checks: ruff, import contracts, mypy, Django system checks, missing migrations"
+    static "ruff check" "$VENV/bin/ruff" check .
+    static "import contracts" "$VENV/bin/lint-imports"
+    static "mypy" "$VENV/bin/mypy" django_cluster_jobs
+    static "Django system checks" "$py" -m django check --fail-level WARNING
+    static "migrations check" "$py" -m django makemigrations --check --dry-run
 fi
 
-if [ "${SKIP_SQLITE:-0}" = 1 ]; then
-    echo "SKIP_SQLITE=1: the SQLite run is left out"
-    results+=("pytest on SQLite: left out (SKIP_SQLITE=1)")
-else
-    run_pytest SQLite || failed=1
-fi
+suite SQLite sqlite "${TESTS_SQLITE:-all}"
 
 # An explicit PostgreSQL DATABASE_URL must work; the local server is used only if it answers.
 candidate=$LOCAL_POSTGRES
@@ -138,13 +196,12 @@ case ${DATABASE_URL:-} in
     *) echo "DATABASE_URL is not a PostgreSQL URL: the SQLite run ignored it, and so does this." ;;
 esac
 
-if [ "${SKIP_POSTGRES:-0}" = 1 ]; then
-    echo "SKIP_POSTGRES=1: the PostgreSQL run is left out"
-    results+=("pytest on PostgreSQL: left out (SKIP_POSTGRES=1)")
+if [ "${TESTS_POSTGRES:-all}" = none ]; then
+    results+=("pytest on PostgreSQL: left out")
 else
     say "Looking for PostgreSQL at $(shown "$candidate")"
     if postgres_reachable "$candidate"; then
-        run_pytest "PostgreSQL ($(shown "$candidate"))" "$candidate" || failed=1
+        suite "PostgreSQL ($(shown "$candidate"))" postgresql "${TESTS_POSTGRES:-all}" "$candidate"
     elif [ "$required" = 1 ]; then
         unreachable PostgreSQL "$candidate" "REQUIRE_POSTGRES=1 or a PostgreSQL DATABASE_URL"
     else
@@ -164,13 +221,12 @@ if [ -z "${MARIADB_URL:-}" ]; then
     esac
 fi
 
-if [ "${SKIP_MARIADB:-0}" = 1 ]; then
-    echo "SKIP_MARIADB=1: the MariaDB / MySQL run is left out"
-    results+=("pytest on MariaDB / MySQL: left out (SKIP_MARIADB=1)")
+if [ "${TESTS_MARIADB:-all}" = none ]; then
+    results+=("pytest on MariaDB / MySQL: left out")
 else
     say "Looking for MariaDB / MySQL at $(shown "$candidate")"
     if mariadb_reachable "$candidate"; then
-        run_pytest "MariaDB / MySQL ($(shown "$candidate"))" "$candidate" || failed=1
+        suite "MariaDB / MySQL ($(shown "$candidate"))" mariadb "${TESTS_MARIADB:-all}" "$candidate"
     elif [ "$required" = 1 ]; then
         unreachable "MariaDB / MySQL" "$candidate" \
             "REQUIRE_MARIADB=1, MARIADB_URL or a mysql DATABASE_URL"
@@ -181,6 +237,6 @@ else
     fi
 fi
 
-say "Summary ($(versions "$py"))"
+say "Summary ($(versions "$py"), time scale ${CLUSTER_JOBS_TEST_TIME_SCALE:-1})"
 printf '  %s\n' "${results[@]}"
 exit "$failed"

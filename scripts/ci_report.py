@@ -1,0 +1,160 @@
+"""The end of a CI run: what each job did, and every failure with where to read about it.
+
+    python3 scripts/ci_report.py RESULTS_DIR TOTAL_SECONDS
+
+RESULTS_DIR holds, per job, ``<job>.label`` (Python, Django, databases), ``<job>.log`` (its whole
+output), ``<job>.steps`` (scripts/test.sh's STEPS_FILE: ``status|step|seconds|detail`` per line),
+``<job>.seconds`` (its time)
+and ``<job>/*.xml`` (JUnit XML, one per pytest run); ``setup.steps`` holds the steps of no job
+(installs, the docs build) as ``status|step|seconds|detail|log``. The report ends with the
+failures, so that the last lines of the CI output name each one: the job, the test id, the first
+line of its assertion or error and the log file. Standard library only: it runs before, and
+whatever becomes of, the virtual environments.
+"""
+
+from __future__ import annotations
+
+import sys
+import xml.etree.ElementTree as ET
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+#: At most this many failures are listed one by one; the rest are counted.
+MAX_LISTED = 30
+#: Skip reasons shown per job, the most frequent first.
+MAX_REASONS = 3
+
+
+@dataclass
+class Job:
+    name: str
+    label: str
+    log: Path
+    counts: Counter[str] = field(default_factory=Counter)
+    reasons: Counter[str] = field(default_factory=Counter)
+    seconds: float = 0.0
+    wall: str = "?"
+    failures: list[str] = field(default_factory=list)
+    steps: list[str] = field(default_factory=list)
+
+
+def first_line(text: str | None) -> str:
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()[:160]
+    return "(no message)"
+
+
+def test_id(case: ET.Element) -> str:
+    """pytest's id of a JUnit test case (xunit1 reports carry the file)."""
+    path, name = case.get("file", ""), case.get("name", "")
+    klass = case.get("classname", "").rpartition(".")[2]
+    if klass[:1].isupper() and Path(path).stem != klass:
+        return f"{path}::{klass}::{name}"
+    return f"{path or case.get('classname', '')}::{name}"
+
+
+def read_reports(job: Job, folder: Path) -> None:
+    for report in sorted(folder.glob("*.xml")):
+        run = report.stem
+        try:
+            root = ET.parse(report).getroot()
+        except ET.ParseError as exc:
+            job.failures.append(f"[{job.label}, {run}] unreadable report {report}: {exc}")
+            continue
+        for suite in root.iter("testsuite"):
+            job.seconds += float(suite.get("time") or 0)
+        for case in root.iter("testcase"):
+            outcome = "passed"
+            for kind in ("failure", "error", "skipped"):
+                found = case.find(kind)
+                if found is None:
+                    continue
+                outcome = "failed" if kind == "failure" else kind
+                message = first_line(found.get("message") or found.text)
+                if kind == "skipped":
+                    job.reasons[message.removeprefix("Skipped: ")] += 1
+                else:
+                    job.failures.append(f"[{job.label}, {run}] {test_id(case)} — {message}")
+                break
+            job.counts[outcome] += 1
+
+
+def read_steps(job: Job, steps: Path) -> None:
+    if not steps.exists():
+        return
+    for line in steps.read_text().splitlines():
+        status, name, seconds, detail = [*line.split("|", 3), "", "", ""][:4]
+        job.steps.append(f"{name} {status} ({seconds}s)")
+        if status != "passed" and not name.startswith("pytest on"):
+            job.failures.append(f"[{job.label}] {name} failed — {first_line(detail)}")
+        elif status != "passed" and detail and "exit code" not in detail:
+            job.failures.append(f"[{job.label}] {name} — {detail}")
+
+
+def load(results: Path) -> list[Job]:
+    jobs = []
+    for label in sorted(results.glob("*.label")):
+        name = label.stem
+        job = Job(name, label.read_text().strip(), results / f"{name}.log")
+        read_steps(job, results / f"{name}.steps")
+        read_reports(job, results / name)
+        if (wall := results / f"{name}.seconds").exists():
+            job.wall = wall.read_text().strip()
+        if not job.steps:
+            job.failures.append(f"[{job.label}] ended before its first step")
+        jobs.append(job)
+    return jobs
+
+
+def setup_failures(results: Path) -> tuple[list[str], list[str]]:
+    done, failed = [], []
+    steps = results / "setup.steps"
+    for line in steps.read_text().splitlines() if steps.exists() else []:
+        status, name, seconds, detail, log = [*line.split("|", 4), "", "", "", ""][:5]
+        done.append(f"{name}: {status} ({seconds}s)")
+        if status != "passed":
+            failed.append(f"[setup] {name} failed — {first_line(detail)} (log: {log})")
+    return done, failed
+
+
+def summary(job: Job) -> list[str]:
+    c = job.counts
+    lines = [
+        f"{job.name}: {job.label}",
+        f"    {c['passed']} passed, {c['skipped']} skipped, {c['failed'] + c['error']} failed"
+        f" ({c['error']} errors); {job.wall}s ({job.seconds:.0f}s in pytest); log: {job.log}",
+    ]
+    for reason, n in job.reasons.most_common(MAX_REASONS):
+        lines.append(f"    skipped {n}x: {reason}")
+    if len(job.reasons) > MAX_REASONS:
+        others = sum(job.reasons.values()) - sum(n for _, n in job.reasons.most_common(3))
+        lines.append(f"    skipped {others}x for {len(job.reasons) - MAX_REASONS} other reasons")
+    return lines
+
+
+def main(results: Path, total: int) -> int:
+    jobs = load(results)
+    done, failures = setup_failures(results)
+    for job in jobs:
+        failures += [f"{f} (log: {job.log})" for f in job.failures]
+    print("\n==== CI summary " + "=" * 54)
+    print("  " + "; ".join(done))
+    for job in jobs:
+        print("\n".join(summary(job)))
+    print(f"total: {total}s")
+    if not failures:
+        print("CI passed")
+        return 0
+    print(f"\n==== CI FAILED: {len(failures)} failure(s), each on one line " + "=" * 24)
+    for failure in failures[:MAX_LISTED]:
+        print(failure)
+    if len(failures) > MAX_LISTED:
+        print(f"… and {len(failures) - MAX_LISTED} more: see the logs above")
+    print(f"CI FAILED ({len(failures)} failure(s), total {total}s)")
+    return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]), int(sys.argv[2])))
