@@ -2,8 +2,8 @@
 
     python3 scripts/ci_report.py RESULTS_DIR TOTAL_SECONDS
 
-RESULTS_DIR holds, per job, ``<job>.label`` (Python, Django, databases), ``<job>.log`` (its whole
-output), ``<job>.steps`` (scripts/test.sh's STEPS_FILE: ``status|step|seconds|detail`` per line),
+RESULTS_DIR holds, per job, ``<job>.label`` (Python and Django), ``<job>.databases``,
+``<job>.log`` (its whole output), ``<job>.steps`` (scripts/test.sh's STEPS_FILE: ``status|step|seconds|detail`` per line),
 ``<job>.seconds`` (its time)
 and ``<job>/*.xml`` (JUnit XML, one per pytest run); ``setup.steps`` holds the steps of no job
 (installs, the docs build) as ``status|step|seconds|detail|log``. The report ends with the
@@ -35,6 +35,7 @@ class Job:
     reasons: Counter[str] = field(default_factory=Counter)
     seconds: float = 0.0
     wall: str = "?"
+    databases: str = ""
     failures: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
 
@@ -97,7 +98,9 @@ def load(results: Path) -> list[Job]:
     jobs = []
     for label in sorted(results.glob("*.label")):
         name = label.stem
-        job = Job(name, label.read_text().strip(), results / f"{name}.log")
+        job = Job(name, f"{name}: {label.read_text().strip()}", results / f"{name}.log")
+        if (databases := results / f"{name}.databases").exists():
+            job.databases = databases.read_text().strip()
         read_steps(job, results / f"{name}.steps")
         read_reports(job, results / name)
         if (wall := results / f"{name}.seconds").exists():
@@ -122,7 +125,7 @@ def setup_failures(results: Path) -> tuple[list[str], list[str]]:
 def summary(job: Job) -> list[str]:
     c = job.counts
     lines = [
-        f"{job.name}: {job.label}",
+        f"{job.label} on {job.databases}",
         f"    {c['passed']} passed, {c['skipped']} skipped, {c['failed'] + c['error']} failed"
         f" ({c['error']} errors); {job.wall}s ({job.seconds:.0f}s in pytest); log: {job.log}",
     ]

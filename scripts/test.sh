@@ -55,8 +55,9 @@ step() {
 
 # first_error FILE: the first line of a failed tool's output that names the error.
 first_error() {
-    local line
-    line=$(grep -m 1 -E 'error|Error|ERROR|FAILED|Migrations for|broken|^[A-Z]+[0-9]+ ' "$1")
+    local line  # file:line: message (ruff --output-format concise, mypy), else a word of failure
+    line=$(grep -m 1 -E '^[^ ]+:[0-9]+(:[0-9]+)?: ' "$1")
+    [ -n "$line" ] || line=$(grep -m 1 -E 'error|Error|ERROR|FAILED|Migrations for|broken' "$1")
     [ -n "$line" ] || line=$(grep -v '^[[:space:]]*$' "$1" | tail -n 1)
     printf '%s' "${line:0:200}"
 }
@@ -178,7 +179,7 @@ if [ "${SKIP_STATIC:-0}" = 1 ]; then
     results+=("static checks: left out (SKIP_STATIC=1)")
 else
     say "Static checks: ruff, import contracts, mypy, Django system checks, missing migrations"
-    static "ruff check" "$VENV/bin/ruff" check .
+    static "ruff check" "$VENV/bin/ruff" check --output-format concise .
     static "import contracts" "$VENV/bin/lint-imports"
     static "mypy" "$VENV/bin/mypy" django_cluster_jobs
     static "Django system checks" "$py" -m django check --fail-level WARNING
