@@ -3,12 +3,12 @@
     python3 scripts/ci_report.py RESULTS_DIR TOTAL_SECONDS
 
 RESULTS_DIR holds, per job, ``<job>.label`` (Python and Django), ``<job>.databases``,
-``<job>.log`` (its whole output), ``<job>.steps`` (scripts/test.sh's STEPS_FILE: ``status|step|seconds|detail`` per line),
-``<job>.seconds`` (its time)
-and ``<job>/*.xml`` (JUnit XML, one per pytest run); ``setup.steps`` holds the steps of no job
-(installs, the docs build) as ``status|step|seconds|detail|log``. The report ends with the
-failures, so that the last lines of the CI output name each one: the job, the test id, the first
-line of its assertion or error and the log file. Standard library only: it runs before, and
+``<job>.log`` (its whole output), ``<job>.seconds`` (its time), ``<job>.steps`` (scripts/test.sh's
+STEPS_FILE: ``status|step|seconds|detail`` per line) and ``<job>/*.xml`` (JUnit XML, one per
+pytest run); ``setup.steps`` holds the steps of no job (installs, the docs build) as
+``status|step|seconds|detail|log``. The report ends with the failures, so that the last lines of
+the CI output name each one: the job, the test id, the first line of its assertion or error and
+the log file. Standard library only: it runs before, and
 whatever becomes of, the virtual environments.
 """
 
