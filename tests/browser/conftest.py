@@ -14,10 +14,13 @@ from pathlib import Path
 import pytest
 from django.contrib.auth.models import User
 
+from tests import timing
+
 #: Where Debian's chromium package puts the browser.
 CHROMIUM = Path("/usr/bin/chromium")
-#: How long one step in the browser may take before the test fails.
-STEP_MS = 15_000
+#: How long one step in the browser may take before the test fails, in milliseconds (Playwright's
+#: unit): a hang guard, as a page of the live server loads in well under a second.
+STEP_MS = timing.scaled(15) * 1000
 PASSWORD = "browser-tests-only"
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from django_cluster_jobs.coordination import Claim, Won
 from django_cluster_jobs.models import LIVE_STATES, EventKind, JobRun, RunEvent, RunState
+from tests import timing
 from tests.conftest import database_url
 from tests.factories import JobDefinitionFactory, RunningRunFactory
 from tests.races import race
@@ -133,9 +134,10 @@ def test_concurrent_processes_get_exactly_one_winner_per_occurrence(ledger, monk
     for p in procs:
         p.start()
     start.set()
-    results = dict(out.get(timeout=60) for _ in procs)
+    # Hang guards: each claimer starts Django (as a starting node does) and races one batch.
+    results = dict(out.get(timeout=timing.NODE_START + timing.RACE) for _ in procs)
     for p in procs:
-        p.join(timeout=30)
+        p.join(timeout=timing.NODE_EXIT)
         assert p.exitcode == 0
     wins = Counter(key for won in results.values() for key in won)
     assert sorted(wins) == sorted(keys) and set(wins.values()) == {1}

@@ -15,8 +15,10 @@ from django.core.management import call_command
 from django.core.management.base import CommandError
 from django.utils import timezone
 
+from django_cluster_jobs.conf import app_settings
 from django_cluster_jobs.engine.oneshot import OneShot
 from django_cluster_jobs.models import JobDefinition, JobRun, Outcome, RunState
+from tests import timing
 from tests.conftest import ROOT, database_url
 from tests.factories import JobDefinitionFactory, JobRunFactory, LeaseFactory, WorkerNodeFactory
 from tests.models import Effect
@@ -25,6 +27,9 @@ from tests.races import race
 pytestmark = pytest.mark.django_db(transaction=True)
 
 T0 = datetime(2026, 5, 28, 9, 0, tzinfo=UTC)
+#: A management command in a fresh interpreter: it starts Django (as a starting node does) and
+#: runs one short occurrence, or reports.
+COMMAND_ENDS = timing.NODE_START + timing.RUN_ENDS
 
 
 def runjob(*args: str) -> str:
@@ -33,7 +38,7 @@ def runjob(*args: str) -> str:
     return out.getvalue()
 
 
-def manage(*args: str, timeout: float = 60, **extra: str) -> subprocess.CompletedProcess:
+def manage(*args: str, timeout: float = COMMAND_ENDS, **extra: str) -> subprocess.CompletedProcess:
     """Run ``python -m django ARGS`` on the test database, as a pod or a CronJob would."""
     env = {
         **os.environ,
@@ -109,7 +114,9 @@ def test_a_key_makes_its_own_claim():
 def test_the_same_occurrence_from_two_processes_at_once_runs_once(every_second):
     args = ["runjob", "ticker", "--at", "2026-05-28T09:00:00.2Z", "-v", "0"]
     nodes = ("pod-a", "pod-b")
-    results = race(2, lambda i: manage(*args, "--node-id", nodes[i]), deadline=90)
+    # a hang guard past each command's own deadline, so that a slow command says so itself
+    deadline = COMMAND_ENDS + timing.REACT
+    results = race(2, lambda i: manage(*args, "--node-id", nodes[i]), deadline=deadline)
     assert [r.returncode for r in results] == [0, 0], results
     outputs = sorted(r.stdout for r in results)
     assert sum("succeeded" in o and "already claimed" not in o for o in outputs) == 1, outputs
@@ -223,8 +230,10 @@ def test_runjob_with_cancel_other_cancels_the_live_run_then_runs():
     assert live.cancel_requested and Effect.objects.count() == 1
 
 
+@pytest.mark.timing
 def test_the_lease_is_renewed_while_the_handler_runs(monkeypatch):
-    monkeypatch.setenv("CLUSTER_JOBS_TEST_LONG", "1.5")
+    beat = app_settings.HEARTBEAT_INTERVAL  # the lease keeper renews once per heartbeat
+    monkeypatch.setenv("CLUSTER_JOBS_TEST_LONG", f"{4 * beat / timing.SCALE:g}")  # jobs.py scales
     seen: set = set()
     stop = threading.Event()
 
@@ -232,7 +241,7 @@ def test_the_lease_is_renewed_while_the_handler_runs(monkeypatch):
         from django.db import connections
 
         try:
-            while not stop.wait(0.1):
+            while not stop.wait(beat / 5):
                 run = JobRun.objects.filter(job__name="tests.long").first()
                 if run is not None and run.lease_expires_at is not None:
                     seen.add(run.lease_expires_at)
@@ -245,7 +254,7 @@ def test_the_lease_is_renewed_while_the_handler_runs(monkeypatch):
         result = OneShot("tests.long", node_id="cron-1").run()
     finally:
         stop.set()
-        watcher.join(timeout=10)
+        watcher.join(timeout=timing.REACT)
     assert result.ok and result.ended == RunState.SUCCEEDED
     assert len(seen) >= 2, "the lease was never renewed"
 
@@ -372,10 +381,12 @@ def test_schedulerstatus_check_passes_while_an_active_node_heartbeats(cluster):
 def test_schedulerstatus_check_fails_without_a_recent_heartbeat(cluster):
     from django_cluster_jobs.models import WorkerNode
 
+    dead_after = app_settings.DEAD_AFTER
     WorkerNode.objects.filter(node_id="node-a").update(
-        last_heartbeat=timezone.now() - timedelta(seconds=30)
+        last_heartbeat=timezone.now() - timedelta(seconds=2 * dead_after)
     )
-    with pytest.raises(CommandError, match="no active node heartbeated within 4 s") as caught:
+    expected = f"no active node heartbeated within {dead_after:g} s"
+    with pytest.raises(CommandError, match=expected) as caught:
         status("--check")
     assert caught.value.returncode == 1
     assert "NOT HEALTHY" in status()
@@ -384,11 +395,13 @@ def test_schedulerstatus_check_fails_without_a_recent_heartbeat(cluster):
 def test_schedulerstatus_check_exit_codes_from_the_command_line(cluster):
     from django_cluster_jobs.models import WorkerNode
 
-    # The fixture's heartbeats do not move: a command that takes longer than the suite's 4 s
-    # DEAD_AFTER to start (a loaded host) must still find them recent; 5 minutes is not.
-    slow_start = {"CLUSTER_JOBS_DEAD_AFTER": "60"}
+    # The fixture's heartbeats do not move: a command that takes longer than the suite's
+    # DEAD_AFTER to start (a loaded host) must still find them recent, so its DEAD_AFTER is as
+    # long as a command may take (given unscaled: the settings scale it); five times it is not.
+    slow_start = {"CLUSTER_JOBS_DEAD_AFTER": f"{COMMAND_ENDS / timing.SCALE:g}"}
     assert manage("schedulerstatus", "--check", "--json", **slow_start).returncode == 0
-    WorkerNode.objects.update(last_heartbeat=timezone.now() - timedelta(minutes=5))
+    stale = timedelta(seconds=5 * COMMAND_ENDS)
+    WorkerNode.objects.update(last_heartbeat=timezone.now() - stale)
     done = manage("schedulerstatus", "--check", **slow_start)
     assert done.returncode == 1 and "no active node heartbeated" in done.stderr
     assert "node-a" in done.stdout

@@ -10,7 +10,6 @@ from __future__ import annotations
 import logging
 import sqlite3
 import threading
-import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -22,6 +21,7 @@ from django_cluster_jobs.engine.registration import sync_definitions
 from django_cluster_jobs.engine.runner import Stop
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState, Source
 from django_cluster_jobs.registry import registry
+from tests import timing
 from tests.conftest import wait_until
 from tests.factories import JobDefinitionFactory, JobRunFactory
 from tests.models import Effect
@@ -43,9 +43,29 @@ def take_all(node: Node) -> None:
     node.tick()
 
 
-def ended(run: JobRun, timeout: float = 10) -> JobRun:
-    wait_until(lambda: JobRun.objects.get(pk=run.pk).state not in ("pending", "running"), timeout)
+def is_ended(run: JobRun) -> bool:
+    return JobRun.objects.get(pk=run.pk).state not in ("pending", "running")
+
+
+def ended(run: JobRun, timeout: float) -> JobRun:
+    wait_until(lambda: is_ended(run), timeout)
     return JobRun.objects.get(pk=run.pk)
+
+
+def served(node: Node, run: JobRun) -> JobRun:
+    """Let ``node`` look for pending runs, as its loop does, until ``run`` ended; return it.
+
+    One look may take nothing (the node's estimate of the database's clock can put a run due
+    "now" a little ahead of it, or the look fails and is retried): the node's loop then looks
+    again at the run's due time, and so does this.
+    """
+    wait_until(lambda: take_all(node) or is_ended(run), timing.RUN_ENDS)
+    return JobRun.objects.get(pk=run.pk)
+
+
+#: How long another process holds SQLite's writer lock while a node registers: longer than a
+#: healthy node takes from its start to its registration's first write.
+WRITER_HOLDS = timing.scaled(3)
 
 
 # -- stored definitions ----------------------------------------------------------------------
@@ -60,6 +80,7 @@ POISON = {
 
 
 @pytest.mark.parametrize("poison", POISON)
+@pytest.mark.timing
 def test_a_definition_row_the_node_cannot_use_is_skipped_and_named(node, caplog, poison):
     """9.2: such a row used to stop every node at its next reload."""
     JobDefinitionFactory(name=f"bad-{poison}", callable_name="tests.manual", **POISON[poison])
@@ -70,23 +91,22 @@ def test_a_definition_row_the_node_cannot_use_is_skipped_and_named(node, caplog,
     messages = [r.getMessage() for r in caplog.records if f"bad-{poison}" in r.getMessage()]
     assert messages and all("is not planned" in message for message in messages), messages
     ok = services.enqueue("tests.manual", {"value": 2})
-    take_all(node)
-    assert ended(ok).state == RunState.SUCCEEDED
+    assert served(node, ok).state == RunState.SUCCEEDED
 
 
 # -- stored runs -----------------------------------------------------------------------------
 
 
+@pytest.mark.timing
 def test_a_pending_run_whose_payload_is_not_an_object_fails_once_with_its_reason(node):
     """9.6: it used to take the nodes down one by one."""
     job = JobDefinition.objects.get(name="tests.manual")
     poison = JobRunFactory(job=job, key="poison", state=RunState.PENDING, payload=[1, 2])
     ok = services.enqueue("tests.manual", {"value": 1})
-    take_all(node)
-    poison = ended(poison)
+    poison = served(node, poison)
     assert poison.state == RunState.FAILED and "InvalidPayload" in poison.error
     assert "not a JSON object" in poison.error and poison.attempt == 1
-    assert ended(ok).state == RunState.SUCCEEDED
+    assert served(node, ok).state == RunState.SUCCEEDED
     assert not Effect.objects.filter(key="poison").exists()
 
 
@@ -120,11 +140,10 @@ STORED = {
 
 
 @pytest.mark.parametrize("kind", [*STORED, "nan", "object"])
+@pytest.mark.timing
 def test_an_odd_return_value_is_stored_safely_and_the_run_ends_once(node, kind):
     """9.4: the completion write used to raise, and the successful run was re-run."""
-    run = services.enqueue("tests.odd_result", {"kind": kind})
-    take_all(node)
-    run = ended(run)
+    run = served(node, services.enqueue("tests.odd_result", {"kind": kind}))
     assert (run.state, run.attempt) == (RunState.SUCCEEDED, 1)
     if kind in STORED:
         assert run.result == STORED[kind]
@@ -133,47 +152,45 @@ def test_an_odd_return_value_is_stored_safely_and_the_run_ends_once(node, kind):
     assert Effect.objects.filter(key=run.key).count() == 1
 
 
+@pytest.mark.timing
 def test_error_text_with_a_nul_is_stored_and_the_run_fails_once(node):
-    run = services.enqueue("tests.nul_error")
-    take_all(node)
-    run = ended(run)
+    run = served(node, services.enqueue("tests.nul_error"))
     assert (run.state, run.attempt) == (RunState.FAILED, 1)
     assert run.error == "RuntimeError: bad\ufffdtext" and "Traceback" in run.traceback
 
 
+@pytest.mark.timing
 def test_a_handler_that_exits_fails_and_its_thread_serves_on(node):
     runs = [services.enqueue("tests.exits") for _ in range(node.executor.threads + 1)]
-    for _ in range(3):
-        take_all(node)
-        time.sleep(0.3)
-    assert {ended(run).state for run in runs} == {RunState.FAILED}
+    # One run more than threads: the last runs only on a thread that served an exit before.
+    assert {served(node, run).state for run in runs} == {RunState.FAILED}
     assert JobRun.objects.filter(pk=runs[0].pk, error__startswith="SystemExit").exists()
-    assert node.executor.free == node.executor.threads
+    # A thread is free again once its run's end is written and it returns to the pool.
+    wait_until(lambda: node.executor.free == node.executor.threads, timing.REACT)
 
 
+@pytest.mark.timing
 def test_an_async_handler_is_awaited(node):
     """9.8: it used to be recorded succeeded without running."""
-    run = services.enqueue("tests.async_job")
-    take_all(node)
-    run = ended(run)
+    run = served(node, services.enqueue("tests.async_job"))
     assert (run.state, run.result) == (RunState.SUCCEEDED, "awaited")
     assert Effect.objects.filter(key=run.key).count() == 1
 
 
+@pytest.mark.timing
 def test_cancelling_an_async_handler_cancels_its_task(node):
-    run = services.enqueue("tests.async_job", {"seconds": 30})
-    take_all(node)
-    wait_until(lambda: Effect.objects.filter(key=run.key).exists(), 10)
+    run = services.enqueue("tests.async_job", {"seconds": 3 * timing.REACT})  # outlasts waits
+    started = Effect.objects.filter(key=run.key)
+    wait_until(lambda: take_all(node) or started.exists(), timing.REACT)
     node.runner.cancel({run.pk}, why=Stop.CANCEL)
-    run = ended(run, timeout=5)
+    run = ended(run, timeout=timing.REACT)  # its task is cancelled at its next await
     assert run.state == RunState.CANCELLED and "CancelledError" in run.error
 
 
+@pytest.mark.timing
 def test_a_failing_handler_logs_its_traceback_with_the_job_occurrence_and_run(node, caplog):
     with caplog.at_level(logging.ERROR, logger="django_cluster_jobs"):
-        run = services.enqueue("tests.boom")
-        take_all(node)
-        run = ended(run)
+        run = served(node, services.enqueue("tests.boom"))
     [record] = [r for r in caplog.records if getattr(r, "run_id", None) == run.pk]
     assert record.levelname == "ERROR" and record.job == "tests.boom"
     assert record.occurrence == run.key and "Traceback" in record.getMessage()
@@ -190,17 +207,18 @@ def test_a_dead_heartbeat_thread_is_restarted_and_one_that_keeps_dying_stops_the
         """The thread's body ends at once, as after an exception nothing caught."""
 
     node.heartbeat.stop()
-    node.heartbeat.join(5)
+    node.heartbeat.join(timing.REACT)  # a stopped thread ends at its next wait
     node.tick()
     assert node.heartbeat.is_alive() and node.restarts["heartbeat"] == 1
     node.heartbeat.stop()
     monkeypatch.setattr(type(node.heartbeat), "run", dies)
     for _ in range(4):
-        node.heartbeat.join(5)
+        node.heartbeat.join(timing.REACT)
         node.tick()
     assert node.failure == "the heartbeat thread kept dying" and node.stopping
 
 
+@pytest.mark.timing
 def test_a_chore_that_fails_leaves_the_other_chores_and_the_heartbeat_running(
     node, monkeypatch, caplog
 ):
@@ -211,7 +229,7 @@ def test_a_chore_that_fails_leaves_the_other_chores_and_the_heartbeat_running(
     def overflows(now, keep):
         raise OverflowError("date value out of range")
 
-    wait_until(lambda: node.leader.held is not None, 10)
+    wait_until(lambda: node.leader.held is not None, timing.REACT)  # the only node leads
     monkeypatch.setattr(node.ledger.chores, "purge", overflows)
     WorkerNodeFactory(node_id="silent", last_heartbeat=node.clock.now() - timedelta(hours=1))
     node.leader._last_purge = None
@@ -223,19 +241,25 @@ def test_a_chore_that_fails_leaves_the_other_chores_and_the_heartbeat_running(
 
 
 @pytest.mark.skipif(connection.vendor != "sqlite", reason="SQLite's writer lock, not PostgreSQL")
+@pytest.mark.timing
 def test_a_node_starting_while_another_process_writes_waits_for_the_database():
     """9.11: registration used to crash with "database is locked"."""
+    late = Node("late-starter", threads=1)
     db = sqlite3.connect(
         connection.settings_dict["NAME"], isolation_level=None, check_same_thread=False
     )
     db.execute("BEGIN IMMEDIATE")
-    release = threading.Timer(3.0, lambda: db.execute("ROLLBACK"))
+    releasing = threading.Event()
+
+    def release_the_writer_lock() -> None:
+        releasing.set()  # before the ROLLBACK: nothing can write until it has run
+        db.execute("ROLLBACK")
+
+    release = threading.Timer(WRITER_HOLDS, release_the_writer_lock)
     release.start()
-    late = Node("late-starter", threads=1)
     try:
-        started = time.monotonic()
         late.register()
-        assert time.monotonic() - started >= 2.5
+        assert releasing.is_set(), "registered while another process held the writer lock"
     finally:
         release.join()
         db.close()

@@ -10,6 +10,7 @@ from django.db import connection, transaction
 from django_cluster_jobs import ImproperlyDeclared, InvalidPayload, RunRequest, services
 from django_cluster_jobs.models import JobRun, RunState
 from django_cluster_jobs.registry import registry
+from tests import timing
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -130,11 +131,14 @@ def test_the_job_s_bulk_form_takes_payloads_and_requests():
     assert JobRun.objects.get(pk=runs[1].pk).key.endswith(":x")
 
 
+@pytest.mark.timing
 def test_runs_enqueued_in_bulk_are_taken_and_run_by_a_real_node(start_scheduler):
     runs = services.enqueue_many("tests.manual", [{"value": i} for i in range(40)])
     ids = [r.pk for r in runs]
     scheduler = start_scheduler("bulk-node", "--threads", "4")
     done = JobRun.objects.filter(pk__in=ids, state=RunState.SUCCEEDED)
-    wait_until(lambda: done.count() == len(ids) or scheduler.proc.poll() is not None, timeout=60)
+    # The node starts, then takes the 40 runs (milliseconds each) on its 4 threads.
+    wait_until(lambda: done.count() == len(ids) or scheduler.proc.poll() is not None,
+               timeout=timing.NODE_START + timing.RUN_ENDS)  # fmt: skip
     assert done.count() == len(ids), scheduler.output()
     assert sorted(done.values_list("result", flat=True)) == sorted(2 * i for i in range(40))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -20,6 +19,7 @@ from django_cluster_jobs.models import (
     RunState,
     WorkerNode,
 )
+from tests import timing
 from tests.factories import (
     JobDefinitionFactory,
     JobRunFactory,
@@ -33,6 +33,9 @@ pytestmark = pytest.mark.django_db(transaction=True)
 T0 = datetime(2026, 5, 28, 9, 0, tzinfo=UTC)
 TTL = timedelta(seconds=10)
 SECOND = timedelta(seconds=1)
+#: The ttl of the cluster locks that renew themselves: a lock renews every third of it, so a
+#: healthy node renews it well before it expires.
+LOCK_TTL = timing.scaled(1.5)
 
 
 def test_lease_acquire_renew_and_take_over_bump_the_fence_only_on_a_new_holder():
@@ -190,31 +193,34 @@ def test_cluster_lock_is_exclusive_fenced_and_released():
         assert second.fence == 2 and not second.is_lost
 
 
+@pytest.mark.timing
 def test_cluster_lock_renews_itself_while_held():
-    with cluster_lock("long", ttl=0.6) as handle:
-        threading.Event().wait(1.5)  # longer than the ttl: renewal must keep it
+    with cluster_lock("long", ttl=LOCK_TTL) as handle:
+        timing.pause(2 * LOCK_TTL)  # longer than the ttl: renewal must keep it
         assert not handle.is_lost
         assert Lease.objects.get(name="lock:long").fence == handle.fence
 
 
+@pytest.mark.timing
 def test_cluster_lock_notices_when_it_is_lost():
-    with pytest.raises(LockLost), cluster_lock("stolen", ttl=0.6) as handle:
+    with pytest.raises(LockLost), cluster_lock("stolen", ttl=LOCK_TTL) as handle:
         Lease.objects.filter(name="lock:stolen").update(
             token="other", holder="other", fence=handle.fence + 1
         )
-        assert handle.lost.wait(3)
+        assert handle.lost.wait(LOCK_TTL + timing.REACT)  # its next renewal finds it taken
 
 
+@pytest.mark.timing
 def test_cluster_lock_is_lost_when_it_cannot_be_renewed_before_it_expires(monkeypatch):
     from django.db import OperationalError
 
-    with pytest.raises(LockLost), cluster_lock("cut-off", ttl=0.6) as handle:
+    with pytest.raises(LockLost), cluster_lock("cut-off", ttl=LOCK_TTL) as handle:
 
         def unreachable(*args, **kwargs):
             raise OperationalError("could not connect to server")
 
         monkeypatch.setattr(leases, "acquire", unreachable)
-        assert handle.lost.wait(3)
+        assert handle.lost.wait(LOCK_TTL + timing.REACT)  # given up once its lease expired
 
 
 @pytest.mark.parametrize("attempt", [1, 3], ids=["released", "buried"])

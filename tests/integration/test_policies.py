@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import threading
+import time
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
@@ -25,12 +27,16 @@ from django_cluster_jobs.models import (
 )
 from django_cluster_jobs.policies.retry import Backoff
 from django_cluster_jobs.registry import registry
+from tests import timing
 from tests.clocks import FixedClock
-from tests.conftest import database_url
+from tests.conftest import database_url, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 T0 = datetime(2026, 5, 28, 9, 0, tzinfo=UTC)
+#: The grace period of the thread-timeout test: a thread past its deadline gets this long to
+#: return before its run is concluded without it.
+GRACE = timing.scaled(0.3)
 
 
 @pytest.fixture
@@ -181,6 +187,7 @@ def test_a_success_in_between_keeps_the_breaker_closed(env):
     assert JobDefinition.objects.get(name="tests.breaker").paused_until is None
 
 
+@pytest.mark.timing  # its 0.3 s deadline must pass before its 5 s wait does
 def test_a_timed_out_thread_run_is_flagged_cancelled_and_ends_timed_out(env):
     runner, clock, planned, sent = env
     services.enqueue("tests.polite", at=T0)
@@ -189,32 +196,53 @@ def test_a_timed_out_thread_run_is_flagged_cancelled_and_ends_timed_out(env):
     assert sent["run_failed"][0]["state"] == RunState.TIMED_OUT
 
 
+def deaf_until(p, returns: threading.Event):
+    """``p`` with a handler that ignores its cancel flag and returns only once ``returns`` is set
+    (a thread cannot be killed)."""
+
+    def deaf(ctx) -> None:
+        returns.wait(timing.PROCESS_LIFE)
+
+    return dataclasses.replace(p, job=dataclasses.replace(p.job, func=deaf))
+
+
+@pytest.mark.timing
 def test_a_thread_ignoring_its_timeout_is_concluded_after_the_grace_period(env, settings):
-    settings.CLUSTER_JOBS = {**settings.CLUSTER_JOBS, "GRACE_PERIOD": 0.3}
+    settings.CLUSTER_JOBS = {**settings.CLUSTER_JOBS, "GRACE_PERIOD": GRACE}
     runner, _clock, planned, _ = env
     services.enqueue("tests.stubborn", at=T0)
-    p = planned["tests.stubborn"]
+    returns = threading.Event()
+    p = deaf_until(planned["tests.stubborn"], returns)
     [won] = runner.ledger.vendor.take_pending("n1", [p.definition.pk], 1, T0, T0 + timedelta(60))
     worker = threading.Thread(target=run_then_close, args=(runner, won, p), daemon=True)
     worker.start()
-    from tests.conftest import wait_until
+    try:
+        # Its handler cannot return before ``returns`` is set: the run ends without it.
+        limit = p.definition.timeout.total_seconds() + GRACE + timing.REACT
+        wait_until(lambda: JobRun.objects.get(pk=won.run_id).state == RunState.TIMED_OUT, limit)
+    finally:
+        returns.set()
+        worker.join(timing.RUN_ENDS)
+    assert not worker.is_alive()
+    run = JobRun.objects.get(pk=won.run_id)  # the handler's late return changed nothing
+    assert run.state == RunState.TIMED_OUT and "after its deadline plus the grace" in run.error
+    assert not run.events.filter(kind="fenced_out").exists()
 
-    wait_until(lambda: JobRun.objects.get(pk=won.run_id).state == RunState.TIMED_OUT, 5)
-    assert worker.is_alive(), "concluded only after the handler returned"
-    worker.join(10)
-    assert not JobRun.objects.get(pk=won.run_id).events.filter(kind="fenced_out").exists()
 
-
+@pytest.mark.timing
 def test_the_process_executor_kills_a_hung_handler_at_its_deadline(env, monkeypatch):
     monkeypatch.setenv("DATABASE_URL", database_url())
     runner, clock, planned, _ = env
     services.enqueue("tests.hang", at=T0)
-    started = datetime.now(UTC)
+    limit = planned["tests.hang"].definition.timeout.total_seconds()
+    started = time.monotonic()
     run = take(runner, clock, planned, "tests.hang")
-    assert run.state == RunState.TIMED_OUT and "killed after 1.0s" in run.error
-    assert datetime.now(UTC) - started < timedelta(seconds=20)
+    assert run.state == RunState.TIMED_OUT and f"killed after {limit}s" in run.error
+    # at its deadline, not when its minute of sleep ends: a poll, a kill and a write later
+    assert time.monotonic() - started < limit + timing.REACT
 
 
+@pytest.mark.timing
 def test_a_cancel_request_ends_the_run_cancelled(env):
     runner, _clock, planned, _ = env
     pending = services.enqueue("tests.cancellable", at=T0)
@@ -222,12 +250,10 @@ def test_a_cancel_request_ends_the_run_cancelled(env):
     [won] = runner.ledger.vendor.take_pending("n1", [p.definition.pk], 1, T0, T0 + timedelta(60))
     worker = threading.Thread(target=run_then_close, args=(runner, won, p), daemon=True)
     worker.start()
-    from tests.conftest import wait_until
-
-    wait_until(lambda: won.run_id in runner.running, 5)
+    wait_until(lambda: won.run_id in runner.running, timing.REACT)
     assert services.request_cancel(JobRun.objects.get(pk=pending.pk))
     runner.cancel({won.run_id}, why=Stop.CANCEL)  # what the node's heartbeat does on seeing it
-    worker.join(10)
+    worker.join(timing.REACT)  # its handler waits on its cancel flag
     run = JobRun.objects.get(pk=pending.pk)
     assert run.state == RunState.CANCELLED
     kinds = set(run.events.values_list("kind", flat=True))

@@ -21,6 +21,7 @@ from django_cluster_jobs.engine.runner import Runner
 from django_cluster_jobs.ledger import get_ledger
 from django_cluster_jobs.models import EventKind, JobDefinition, JobRun, RunLog, RunState
 from django_cluster_jobs.registry import registry
+from tests import timing
 from tests.clocks import FixedClock
 from tests.conftest import wait_until
 from tests.spans import memory_exporter
@@ -126,6 +127,7 @@ def test_a_process_executor_child_logs_the_same(env):
     assert "KeyError: 'missing'" in done.logs.get(level=ERROR).message
 
 
+@pytest.mark.timing
 def test_a_killed_child_keeps_what_it_logged_before(env):
     runner, clock, planned = env
     p = planned["tests.chatty_process"]
@@ -136,10 +138,11 @@ def test_a_killed_child_keeps_what_it_logged_before(env):
     worker = threading.Thread(target=run_then_close, args=(runner, won, p))
     worker.start()
     try:
-        wait_until(lambda: runner.snapshot() and len(logged(runner)) == 3, timeout=120)
+        # the child is a fresh interpreter that sets Django up, as a starting node does
+        wait_until(lambda: runner.snapshot() and len(logged(runner)) == 3, timing.NODE_START)
         runner.cancel()  # the node kills the child, as at a timeout or a shutdown
     finally:
-        worker.join(timeout=60)
+        worker.join(timeout=timing.REACT)
     assert not worker.is_alive()
     done = JobRun.objects.get(pk=job_run.pk)
     assert done.state == RunState.CANCELLED
@@ -225,6 +228,8 @@ def test_the_api_shows_the_stored_lines(env, viewer):
     done = run(env, "tests.chatty")
     body = viewer.get(reverse("cluster_jobs_api:run-detail", args=[done.pk])).json()
     assert [(line["level"], line["message"].split("\n")[0]) for line in body["logs"]] == [
-        ("INFO", "attempt 1 starts"), ("ERROR", "caught it"), ("WARNING", "done")
+        ("INFO", "attempt 1 starts"),
+        ("ERROR", "caught it"),
+        ("WARNING", "done"),
     ]
     assert {(line["attempt"], line["node"]) for line in body["logs"]} == {(1, "n1")}

@@ -14,13 +14,20 @@ from django_cluster_jobs import services
 from django_cluster_jobs.engine import Node
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState
 from django_cluster_jobs.observe import tracing
+from tests import timing
 from tests.conftest import wait_until
 from tests.spans import memory_exporter
+from tests.timing import scaled
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-
-FAST = {"HEARTBEAT_INTERVAL": 0.2, "LEASE_TTL": 3.0, "DEAD_AFTER": 2.0, "CLOCK": None}
+#: Quick heartbeats and leases, on the suite's time scale.
+FAST = {
+    "HEARTBEAT_INTERVAL": scaled(0.2),
+    "LEASE_TTL": scaled(3.0),
+    "DEAD_AFTER": scaled(2.0),
+    "CLOCK": None,
+}
 
 
 @pytest.fixture
@@ -59,8 +66,8 @@ def test_enqueue_outside_a_trace_stores_nothing(spans):
 def test_the_run_continues_the_trace_that_enqueued_it(node, spans):
     with trace.get_tracer("app").start_as_current_span("request") as request:
         run = services.enqueue("tests.manual", {"value": 2})
-    node.tick()
-    wait_until(lambda: run_spans(spans, "tests.manual"), timeout=15)
+    node.tick()  # takes the run: its span ends on the executor's thread, with the run
+    assert node.executor.wait_idle(timing.RUN_ENDS)
     (span,) = run_spans(spans, "tests.manual")
     assert span.context.trace_id == request.get_span_context().trace_id
     assert span.parent.span_id == request.get_span_context().span_id
@@ -81,18 +88,21 @@ def test_the_run_continues_the_trace_that_enqueued_it(node, spans):
 def test_a_failed_run_has_an_error_status(node, spans):
     services.enqueue("tests.boom")
     node.tick()
-    wait_until(lambda: run_spans(spans, "tests.boom"), timeout=15)
+    assert node.executor.wait_idle(timing.RUN_ENDS)
     (span,) = run_spans(spans, "tests.boom")
     assert span.status.status_code == StatusCode.ERROR
     assert span.parent is None  # enqueued outside any trace: a trace of its own
 
 
+@pytest.mark.timing
 def test_a_scheduled_run_is_a_timer_with_its_cron(node, spans):
     definition = JobDefinition.objects.get(name="tests.every_second")
     definition.enabled = True
     definition.save()
     node.reload()
-    wait_until(lambda: (node.tick(), run_spans(spans, "tests.every_second"))[1], timeout=15)
+    # Ticks until the next second falls and its run ends.
+    wait_until(lambda: (node.tick(), run_spans(spans, "tests.every_second"))[1],
+               timeout=timing.RUN_ENDS)  # fmt: skip
     span = run_spans(spans, "tests.every_second")[0]
     assert span.attributes["faas.trigger"] == "timer"
     assert span.attributes["faas.cron"] == "* * * * * *"

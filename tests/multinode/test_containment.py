@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import itertools
-import time
+import signal
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -14,15 +15,24 @@ from django_cluster_jobs.ledger import get_ledger
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState
 from tests.conftest import wait_until
 from tests.models import Effect
+from tests.timing import FEW_SECONDS_OF_RUNS, NODE_EXIT, REACT, RUN_ENDS, scaled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.multinode]
 
 JOB = "tests.every_second"
+#: A node the test stops itself (SIGTERM) serves at most this long: longer than the test's
+#: waits on a healthy cluster, and within PROCESS_LIFE with its start and its exit.
+SERVES = scaled(60)
+#: What a skip of the overlap policy "skip" (the default) records: the previous run is live.
+OVERLAP_SKIP = "overlap: the previous run is still live"
 
 
 def test_two_nodes_serve_on_while_poisoned_definitions_runs_and_results_arrive(start_scheduler):
-    nodes = [start_scheduler(n, "--duration", "20", jobs="every_second") for n in ("c1", "c2")]
-    wait_until(lambda: JobRun.objects.filter(job__name=JOB).count() >= 2, 30)
+    nodes = [
+        start_scheduler(n, "--duration", f"{SERVES:g}", jobs="every_second") for n in ("c1", "c2")
+    ]
+    every = JobRun.objects.filter(job__name=JOB)
+    wait_until(lambda: every.count() >= 2, FEW_SECONDS_OF_RUNS)
     poisoned_at = timezone.now()
     manual = JobDefinition.objects.get(name="tests.manual")
     # A definition an old version (or a raw SQL write) stored, that no validator checked.
@@ -45,12 +55,19 @@ def test_two_nodes_serve_on_while_poisoned_definitions_runs_and_results_arrive(s
 
     done = (RunState.SUCCEEDED, RunState.FAILED)
     ends = JobRun.objects.filter(pk__in=[poison_run.pk, huge.pk, odd.pk], state__in=done)
-    wait_until(lambda: ends.count() == 3, 20)
-    time.sleep(3)  # the healthy job keeps firing after the poison too
+    wait_until(lambda: ends.count() == 3, RUN_ENDS)
+    # Both nodes re-planned with the poisoned definitions, and the healthy job keeps firing
+    # after all of it: three more occurrences claimed once the poisoned runs ended.
+    for name in ("poison.cron", "poison.tz"):
+        wait_until(lambda name=name: left_out_by_all(nodes, name), REACT)
+    ended = timezone.now()
+    wait_until(lambda: every.filter(scheduled_at__gt=ended).count() >= 3, FEW_SECONDS_OF_RUNS)
     for node in nodes:
         assert node.proc.poll() is None, f"{node.node_id} stopped:\n{node.output()}"
     for node in nodes:
-        assert node.wait(timeout=40) == 0, node.output()
+        node.signal(signal.SIGTERM)
+    for node in nodes:
+        assert node.wait(timeout=NODE_EXIT) == 0, node.output()
 
     poison_run.refresh_from_db(), huge.refresh_from_db(), odd.refresh_from_db()
     assert poison_run.state == RunState.FAILED and "InvalidPayload" in poison_run.error
@@ -59,11 +76,24 @@ def test_two_nodes_serve_on_while_poisoned_definitions_runs_and_results_arrive(s
     assert odd.attempt == 1 and Effect.objects.filter(key=odd.key).count() == 1
     for name in ("poison.cron", "poison.tz"):
         assert not JobRun.objects.filter(job__name=name).exists()
-        outputs = [node.output() for node in nodes]
-        assert all(f"job {name!r} is not planned" in out for out in outputs), outputs
-    seconds = sorted(JobRun.objects.filter(job__name=JOB).values_list("scheduled_at", flat=True))
+    seconds = sorted(every.values_list("scheduled_at", flat=True))
     gaps = [(a, b) for a, b in itertools.pairwise(seconds) if b - a != timedelta(seconds=1)]
-    assert not gaps and seconds[-1] > poisoned_at + timedelta(seconds=3), gaps
-    assert set(JobRun.objects.filter(job__name=JOB).values_list("state", flat=True)) == {
-        RunState.SUCCEEDED
-    }
+    assert not gaps and seconds[-1] > ended, gaps
+    assert_ran_or_skipped_once(every)
+
+
+def left_out_by_all(nodes, name: str) -> bool:
+    """Every node logged that it left the job out of its plan."""
+    return all(f"job {name!r} is not planned" in node.output() for node in nodes)
+
+
+def assert_ran_or_skipped_once(runs) -> None:
+    """Each occurrence ran once and succeeded, or was skipped by the overlap policy (its
+    previous run was still live on a slow machine) and ran nothing."""
+    ran = runs.exclude(state=RunState.SKIPPED)
+    assert set(ran.values_list("state", flat=True)) == {RunState.SUCCEEDED}
+    skips = runs.filter(state=RunState.SKIPPED).values_list("reason", flat=True)
+    assert all(reason.startswith(OVERLAP_SKIP) for reason in skips), list(skips)
+    per_key = Counter(Effect.objects.filter(job=JOB).values_list("key", flat=True))
+    assert set(per_key.values()) == {1}, f"an occurrence ran twice: {per_key}"
+    assert set(per_key) == set(ran.values_list("key", flat=True))

@@ -22,10 +22,14 @@ import pytest
 from django.db import connection
 
 from tests.conftest import ROOT, database_url, wait_until
+from tests.timing import FEW_SECONDS_OF_RUNS, NODE_EXIT, PROCESS_LIFE, REACT, scaled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.multinode]
 
 SETTINGS = "tests.settings_ledger"
+#: A node the test stops itself (SIGTERM) serves at most this long: longer than the test's
+#: waits on a healthy cluster, and within PROCESS_LIFE with its start and its exit.
+SERVES = scaled(60)
 
 # Run in a process on the split settings: trigger tests.manual through the API, then read the
 # runs back through the API and the admin, as a logged-in superuser of the default database.
@@ -63,7 +67,9 @@ class Split:
     def manage(self, *args: str, code: str | None = None) -> str:
         cmd = [sys.executable, "-c", code] if code else [sys.executable, "-m", "django", *args]
         env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env()}
-        done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=PROCESS_LIFE
+        )
         assert done.returncode == 0, done.stdout + done.stderr
         return done.stdout
 
@@ -114,21 +120,22 @@ def test_two_nodes_run_each_occurrence_once_with_the_ledger_on_its_own_database(
     split, start_scheduler
 ):
     nodes = [
-        start_scheduler(f"split-{i}", "--duration", "90", jobs="every_second", **split.env())
+        start_scheduler(
+            f"split-{i}", "--duration", f"{SERVES:g}", jobs="every_second", **split.env()
+        )
         for i in range(2)
     ]
     every = "SELECT key FROM tests_effect WHERE job = 'tests.every_second'"
-    wait_until(lambda: len(split.rows(split.app, every)) >= 3, timeout=60)
+    wait_until(lambda: len(split.rows(split.app, every)) >= 3, timeout=FEW_SECONDS_OF_RUNS)
     seen = json.loads(split.manage(code=CLIENT).strip().splitlines()[-1])
     manual = "SELECT node FROM tests_effect WHERE job = 'tests.manual'"
-    wait_until(lambda: split.rows(split.app, manual), timeout=60)
-    # The triggered run starts within milliseconds (a notification, or SQLite's wake file): let
-    # the per-second job run a few more occurrences before the nodes stop.
-    wait_until(lambda: len(split.rows(split.app, every)) >= 6, timeout=60)
+    wait_until(lambda: split.rows(split.app, manual), timeout=REACT)
+    # Let the per-second job run a few more occurrences before the nodes stop.
+    wait_until(lambda: len(split.rows(split.app, every)) >= 6, timeout=FEW_SECONDS_OF_RUNS)
     for node in nodes:
         node.signal(signal.SIGTERM)
     for node in nodes:
-        assert node.wait(timeout=60) == 0, node.output()
+        assert node.wait(timeout=NODE_EXIT) == 0, node.output()
 
     runs = split.rows(split.ledger, (
         "SELECT r.key, r.state, r.node FROM cluster_jobs_jobrun r JOIN cluster_jobs_jobdefinition j"

@@ -20,6 +20,7 @@ from django_cluster_jobs.models import (
 from django_cluster_jobs.registry import registry
 from django_cluster_jobs.schedules import Every, occurrence_key
 from tests.models import Effect
+from tests.timing import NODE_EXIT, NODE_START, scaled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.multinode]
 
@@ -27,6 +28,9 @@ STEP = timedelta(seconds=2)
 #: Job name -> catch-up runs expected after the outage (tests/jobs.py: every 2 s).
 POLICIES = {"tests.misfire_once": 1, "tests.misfire_skip": 0, "tests.misfire_all": 3}
 OUTAGE = timedelta(seconds=30)
+#: How long the three nodes serve after the outage: time for the leader's passes to reach the
+#: occurrences the nodes did not claim at their start, and for several live occurrences.
+CLUSTER_LIFE = scaled(12)
 
 
 def before_the_outage() -> datetime:
@@ -63,9 +67,11 @@ def assert_contiguous(instants: list[datetime]) -> None:
 def test_three_nodes_settle_an_outage_once_by_each_misfire_policy(start_scheduler):
     last = before_the_outage()
     jobs = "misfire_once,misfire_skip,misfire_all"
-    nodes = [start_scheduler(f"m{i}", "--duration", "12", jobs=jobs) for i in range(3)]
+    nodes = [
+        start_scheduler(f"m{i}", "--duration", f"{CLUSTER_LIFE:g}", jobs=jobs) for i in range(3)
+    ]
     for node in nodes:
-        assert node.wait(timeout=45) == 0, node.output()
+        assert node.wait(timeout=NODE_START + CLUSTER_LIFE + NODE_EXIT) == 0, node.output()
 
     for name, catch_ups in POLICIES.items():
         assert_settled_once(name, last, catch_ups)

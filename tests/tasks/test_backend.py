@@ -25,13 +25,21 @@ from django_cluster_jobs.tasks.compat import (
     task_finished,
     task_started,
 )
-from tests import task_defs
+from tests import task_defs, timing
 from tests.conftest import wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 #: Longest wait for a node to finish a task (a busy two-core machine).
-DEADLINE = 30.0
+DEADLINE = timing.RUN_ENDS
+
+
+def run_then_close(node: Node) -> None:
+    """Run ``node`` on this thread until it is asked to stop, or longer than any wait on it."""
+    try:
+        node.run(duration=timing.PROCESS_LIFE)
+    finally:
+        connections.close_all()
 
 
 class Running:
@@ -39,18 +47,12 @@ class Running:
 
     def __init__(self, node_id: str = "tasks-node") -> None:
         self.node = Node(node_id, threads=2)
-        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread = threading.Thread(target=run_then_close, args=(self.node,), daemon=True)
         self.thread.start()
-
-    def _loop(self) -> None:
-        try:
-            self.node.run(duration=DEADLINE * 2)
-        finally:
-            connections.close_all()
 
     def close(self) -> None:
         self.node.request_stop("test over")
-        self.thread.join(timeout=DEADLINE)
+        self.thread.join(timeout=timing.NODE_EXIT)
         assert not self.thread.is_alive(), "the node did not stop"
 
 
@@ -113,6 +115,7 @@ def test_an_enqueue_is_one_statement():
     assert (run.args, run.kwargs, run.priority) == ([2], {"b": 3}, task_defs.add.priority)
 
 
+@pytest.mark.timing
 def test_run_by_a_node_succeeds_with_its_return_value(node):
     result = finished(task_defs.add.enqueue(2, b=3))
     assert result.status == TaskResultStatus.SUCCESSFUL
@@ -124,6 +127,7 @@ def test_run_by_a_node_succeeds_with_its_return_value(node):
     assert again.return_value == 5 and again.status == TaskResultStatus.SUCCESSFUL
 
 
+@pytest.mark.timing
 def test_a_run_taken_once_reads_as_its_stored_timeline_says(node):
     """The result of a task run once is built from its row alone; it is the one its stored
     timeline gives."""
@@ -142,6 +146,7 @@ def test_a_run_taken_once_reads_as_its_stored_timeline_says(node):
     assert [getattr(short, f) for f in fields] == [getattr(full, f) for f in fields]
 
 
+@pytest.mark.timing
 def test_failure_is_failed_with_its_error(node):
     result = finished(task_defs.fails.enqueue("no luck"))
     assert result.status == TaskResultStatus.FAILED
@@ -153,12 +158,14 @@ def test_failure_is_failed_with_its_error(node):
         _ = result.return_value
 
 
+@pytest.mark.timing
 def test_a_return_value_that_is_not_json_fails_the_task(node):
     result = finished(task_defs.unjsonable.enqueue())
     assert result.status == TaskResultStatus.FAILED
     assert result.errors[0].exception_class is TypeError
 
 
+@pytest.mark.timing
 def test_retry_is_ready_then_successful(node, tmp_path):
     marker = tmp_path / "flaky"
     result = task_defs.flaky.enqueue(str(marker))
@@ -178,16 +185,19 @@ def test_retry_is_ready_then_successful(node, tmp_path):
     assert JobDefinition.objects.get(name="tests.task_defs.flaky").max_attempts == 2
 
 
+@pytest.mark.timing
 def test_async_task_really_runs(node):
     result = finished(task_defs.async_add.enqueue(20, 22))
     assert result.status == TaskResultStatus.SUCCESSFUL and result.return_value == 42
 
 
+@pytest.mark.timing
 def test_takes_context_receives_the_task_result(node):
     result = finished(task_defs.with_context.enqueue(label="x"))
     assert result.return_value == {"label": "x", "attempt": 1, "id": result.id}
 
 
+@pytest.mark.timing
 def test_aenqueue_and_aget_result(node):
     from asgiref.sync import async_to_sync
 
@@ -200,6 +210,7 @@ def test_aenqueue_and_aget_result(node):
     assert finished(got).return_value == 2
 
 
+@pytest.mark.timing
 def test_run_after_defers_the_run(node):
     later = timezone.now() + timedelta(seconds=2)
     result = finished(task_defs.add.using(run_after=later).enqueue(1))
@@ -207,6 +218,7 @@ def test_run_after_defers_the_run(node):
     assert result.started_at >= later
 
 
+@pytest.mark.timing
 def test_priority_orders_due_runs():
     """Larger priority runs sooner: three due runs taken by one node with one thread."""
     low = task_defs.add.using(priority=-10).enqueue(1)
@@ -214,18 +226,19 @@ def test_priority_orders_due_runs():
     mid = task_defs.add.enqueue(3)
     assert JobRun.objects.get(pk=int(high.id)).priority == 50
     node = Node("one-thread", threads=1)
-    worker = threading.Thread(target=lambda: (node.run(duration=DEADLINE), connections.close_all()))
+    worker = threading.Thread(target=run_then_close, args=(node,))
     worker.start()
     try:
         for result in (low, high, mid):
             finished(result)
     finally:
         node.request_stop("test over")
-        worker.join(timeout=DEADLINE)
+        worker.join(timeout=timing.NODE_EXIT)
     order = sorted((low, high, mid), key=lambda r: r.started_at)
     assert order == [high, mid, low]
 
 
+@pytest.mark.timing
 def test_signals_are_sent(node):
     seen: list[tuple[str, str]] = []
 
@@ -258,6 +271,7 @@ def test_signals_are_sent(node):
     ]
 
 
+@pytest.mark.timing
 def test_the_finished_signal_carries_the_result_as_stored(node):
     """task_finished's result of a success is built from the run's start and the end its node
     wrote, without reading the row again: it is the result get_result reads."""
@@ -306,6 +320,7 @@ def test_arguments_that_are_not_json_are_refused_and_nothing_is_stored():
     assert JobRun.objects.count() == before
 
 
+@pytest.mark.timing
 def test_a_dead_lettered_task_replays_with_its_arguments(node, tmp_path):
     from django_cluster_jobs import services
 
@@ -317,6 +332,7 @@ def test_a_dead_lettered_task_replays_with_its_arguments(node, tmp_path):
     assert "again" in replayed.errors[0].traceback
 
 
+@pytest.mark.timing
 def test_a_task_past_its_timeout_is_failed(node):
     result = finished(task_defs.overruns.enqueue())
     assert result.status == TaskResultStatus.FAILED

@@ -95,6 +95,7 @@ def test_e020_for_real_without_any_api_and_the_app_still_loads():
     import subprocess
     import sys
 
+    from tests import timing
     from tests.conftest import ROOT
 
     code = (
@@ -104,7 +105,8 @@ def test_e020_for_real_without_any_api_and_the_app_still_loads():
         "call_command('check')\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60,
+        [sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+        timeout=timing.NODE_START,  # a hang guard: it sets Django up and checks, as a node starts
         env={**__import__("os").environ, "DJANGO_SETTINGS_MODULE": "tests.settings"},
     )  # fmt: skip
     assert done.returncode != 0

@@ -9,25 +9,27 @@ from django_cluster_jobs.exceptions import ImproperlyDeclared, InvalidPayload
 from django_cluster_jobs.models import JobDefinition, JobRun, RunState
 from django_cluster_jobs.tasks.compat import TaskResultStatus, task_backends
 from django_cluster_jobs.tasks.periodic import schedule
-from tests import task_defs
+from tests import task_defs, timing
 from tests.conftest import wait_until
-from tests.tasks.test_backend import DEADLINE, Running
+from tests.tasks.test_backend import Running
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 NAME = "tests.task_defs.add_every_second"
 
 
+@pytest.mark.timing  # a per-second task, run by a live node
 def test_a_scheduled_task_runs_each_occurrence_once_with_its_arguments():
     running = Running()
     try:
-        wait_until(lambda: JobDefinition.objects.filter(name=NAME).exists(), DEADLINE)
+        # the node copies the code's definitions as it starts
+        wait_until(lambda: JobDefinition.objects.filter(name=NAME).exists(), timing.NODE_START)
         definition = JobDefinition.objects.get(name=NAME)
         assert definition.cron == "* * * * * *" and not definition.enabled
         assert definition.payload == {"args": [40], "kwargs": {"b": 2}}
         services.set_enabled([NAME], enabled=True, by="test")
         runs = JobRun.objects.filter(job__name=NAME, state=RunState.SUCCEEDED)
-        wait_until(lambda: runs.count() >= 2, DEADLINE)
+        wait_until(lambda: runs.count() >= 2, timing.FEW_SECONDS_OF_RUNS)
     finally:
         running.close()
     for run in runs:

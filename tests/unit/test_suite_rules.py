@@ -61,6 +61,10 @@ def bare_constants(tree: ast.Module) -> set[str]:
     return names
 
 
+def shown(path: Path) -> Path:
+    return path.relative_to(TESTS.parent) if path.is_relative_to(TESTS.parent) else path
+
+
 def violations_in(path: Path) -> Iterator[str]:
     tree = ast.parse(path.read_text(), str(path))
     constants = bare_constants(tree)
@@ -69,7 +73,7 @@ def violations_in(path: Path) -> Iterator[str]:
         return literal_seconds(node) or (isinstance(node, ast.Name) and node.id in constants)
 
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
-        name, where = called_name(call), f"{path.relative_to(TESTS.parent)}:{call.lineno}"
+        name, where = called_name(call), f"{shown(path)}:{call.lineno}"
         if name in VALUES:
             continue
         for keyword in call.keywords:
@@ -79,10 +83,14 @@ def violations_in(path: Path) -> Iterator[str]:
             yield f"{where}: {name}(…, <seconds>) is a bare number of seconds"
         if name in FIRST_ARGUMENT_SECONDS and call.args and bare(call.args[0]):
             yield f"{where}: {name}(<seconds>) is a bare number of seconds"
-        strings = [a.value for a in call.args if isinstance(a, ast.Constant)]
-        for option, value in itertools.pairwise(strings):
-            if option in SECONDS_OPTIONS and isinstance(value, str) and value != "0":
-                yield f"{where}: {option} {value!r} is a bare number of seconds"
+        for option, value in itertools.pairwise(call.args):
+            if (
+                isinstance(option, ast.Constant)
+                and option.value in SECONDS_OPTIONS
+                and isinstance(value, ast.Constant)
+                and value.value != "0"
+            ):
+                yield f"{where}: {option.value} {value.value!r} is a bare number of seconds"
 
 
 def module_paths() -> list[Path]:
@@ -94,3 +102,22 @@ def test_no_test_waits_a_bare_number_of_seconds():
     assert not found, (
         "use a deadline of tests/timing.py, or name one there with scaled(): " + "\n".join(found)
     )
+
+
+def test_the_rule_finds_each_kind_of_bare_seconds(tmp_path):
+    sample = tmp_path / "test_sample.py"
+    sample.write_text(
+        "WAIT = 30\n"
+        "def test_x(node, start_scheduler):\n"
+        "    wait_until(lambda: True, 30)\n"
+        "    wait_until(lambda: True, timeout=WAIT)\n"
+        "    node.wait(timeout=5)\n"
+        "    time.sleep(0.5)\n"
+        "    start_scheduler('n', '--duration', '40')\n"
+        "    start_scheduler('n', '--duration', f'{LIFE:g}', '--tags', 'a')\n"
+        "    wait_until(lambda: True, timing.REACT)\n"
+        "    timedelta(seconds=5)\n"
+    )
+    found = list(violations_in(sample))
+    lines = sorted(int(v.split(":")[1]) for v in found)
+    assert lines == [3, 4, 5, 6, 7], found
