@@ -3,13 +3,16 @@
     python3 scripts/ci_report.py RESULTS_DIR TOTAL_SECONDS
 
 RESULTS_DIR holds, per job, ``<job>.label`` (Python and Django), ``<job>.databases``,
-``<job>.log`` (its whole output), ``<job>.seconds`` (its time), ``<job>.steps`` (scripts/test.sh's
-STEPS_FILE: ``status|step|seconds|detail`` per line) and ``<job>/*.xml`` (JUnit XML, one per
-pytest run); ``setup.steps`` holds the steps of no job (installs, the docs build) as
-``status|step|seconds|detail|log``. The report ends with the failures, so that the last lines of
-the CI output name each one: the job, the test id, the first line of its assertion or error and
-the log file. Standard library only: it runs before, and
-whatever becomes of, the virtual environments.
+``<job>.log`` (its whole output), ``<job>.seconds`` (its time), ``<job>.rc`` (its exit code),
+``<job>.steps`` (scripts/test.sh's STEPS_FILE: ``status|step|seconds|detail`` per line) and
+``<job>/*.xml`` (JUnit XML, one per pytest run); ``setup.steps`` holds the steps of no job
+(installs, the docs build) as ``status|step|seconds|detail|log``.
+
+The report ends with the failures, so that the last lines of the CI output name each one: the
+job, the test id or the step, the first line of its assertion or error, and the log file. A
+pytest run that failed without a report naming a failing test (killed, crashed, timed out) and a
+job that ended badly without a failed step are named too. Standard library only: it runs
+whatever became of the virtual environments.
 """
 
 from __future__ import annotations
@@ -38,6 +41,13 @@ class Job:
     databases: str = ""
     failures: list[str] = field(default_factory=list)
     steps: list[str] = field(default_factory=list)
+    #: The parts (``sqlite-timing``…) whose JUnit report names at least one failure or error.
+    failed_parts: set[str] = field(default_factory=set)
+
+    def reported_failures(self, step: str) -> bool:
+        """Whether the JUnit report of a ``pytest on … (part)`` step names a failure."""
+        part = step.rpartition("(")[2].rstrip(")")
+        return any(run.endswith(f"-{part}") for run in self.failed_parts)
 
 
 def first_line(text: str | None) -> str:
@@ -78,20 +88,25 @@ def read_reports(job: Job, folder: Path) -> None:
                     job.reasons[message.removeprefix("Skipped: ")] += 1
                 else:
                     job.failures.append(f"[{job.label}, {run}] {test_id(case)} — {message}")
+                    job.failed_parts.add(run)
                 break
             job.counts[outcome] += 1
 
 
 def read_steps(job: Job, steps: Path) -> None:
+    """The job's steps; a failed one is named unless its JUnit report names its failures."""
     if not steps.exists():
         return
     for line in steps.read_text().splitlines():
         status, name, seconds, detail = [*line.split("|", 3), "", "", ""][:4]
         job.steps.append(f"{name} {status} ({seconds}s)")
-        if status != "passed" and not name.startswith("pytest on"):
+        if status == "passed":
+            continue
+        if not name.startswith("pytest on"):
             job.failures.append(f"[{job.label}] {name} failed — {first_line(detail)}")
-        elif status != "passed" and detail and "exit code" not in detail:
-            job.failures.append(f"[{job.label}] {name} — {detail}")
+        elif "exit code" not in detail or not job.reported_failures(name):
+            why = "its report names no failing test" if "exit code" in detail else ""
+            job.failures.append(f"[{job.label}] {name} — {detail}{'; ' + why if why else ''}")
 
 
 def load(results: Path) -> list[Job]:
@@ -101,12 +116,17 @@ def load(results: Path) -> list[Job]:
         job = Job(name, f"{name}: {label.read_text().strip()}", results / f"{name}.log")
         if (databases := results / f"{name}.databases").exists():
             job.databases = databases.read_text().strip()
-        read_steps(job, results / f"{name}.steps")
         read_reports(job, results / name)
+        read_steps(job, results / f"{name}.steps")
         if (wall := results / f"{name}.seconds").exists():
             job.wall = wall.read_text().strip()
         if not job.steps:
             job.failures.append(f"[{job.label}] ended before its first step")
+        rc = results / f"{name}.rc"
+        code = rc.read_text().strip() if rc.exists() else "none"
+        if code != "0" and not job.failures:
+            why = "timed out (JOB_TIMEOUT)" if code == "124" else f"exit code {code}"
+            job.failures.append(f"[{job.label}] make test ended badly: {why}, no step names why")
         jobs.append(job)
     return jobs
 

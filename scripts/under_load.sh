@@ -41,7 +41,8 @@ report=()
 for target in "$@"; do
     database=${target%%:*} rounds=${target#*:}
     [ "$rounds" != "$target" ] || rounds=1
-    url=$(url_of "$database")
+    [[ "$rounds" =~ ^[1-9][0-9]*$ ]] || fail "'$target': the rounds must be a whole number (sqlite:5)"
+    url=$(url_of "$database") || exit 1
     for round in $(seq "$rounds"); do
         say "Timing tests on $database, round $round of $rounds, beside ${#busy[@]} busy loops"
         started=$SECONDS
