@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from datetime import UTC, datetime, timedelta
 
+from tests.timing import scaled
+
 
 def claim_in_process(
     kind: str, job_id: int, keys: list[str], node: str, start: object, out: object
@@ -22,7 +24,7 @@ def claim_in_process(
     now = datetime.now(UTC)
     claims = [Claim(job_id, key, now) for key in keys]
     connections["default"].ensure_connection()
-    start.wait(30)  # type: ignore[attr-defined]
+    start.wait(scaled(30))  # type: ignore[attr-defined]
     won = vendor.claim(claims, node, now, now + timedelta(seconds=30))
     out.put((node, sorted(w.key for w in won)))  # type: ignore[attr-defined]
     connections.close_all()

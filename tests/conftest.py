@@ -128,7 +128,7 @@ class Scheduler:
     def kill(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+            self.proc.wait(timeout=timing.NODE_EXIT)
 
     def output(self) -> str:
         self._out.flush()

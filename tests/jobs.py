@@ -11,6 +11,12 @@ from django_cluster_jobs import RunContext, job
 from .models import Effect
 from .timing import scaled
 
+#: How often a test job that works for a while looks at its clock or at the ledger.
+STEP = scaled(0.05)
+#: How long a test job that must be stopped (by a cancel, a timeout or a kill) works at most: far
+#: longer than any deadline a test gives the stopping.
+UNTIL_STOPPED = scaled(120)
+
 
 def record(ctx: RunContext) -> None:
     Effect.objects.create(
@@ -56,7 +62,7 @@ def slow(ctx: RunContext) -> None:
     seconds = scaled(float(os.environ.get("CLUSTER_JOBS_TEST_SLOW", "3")))
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(STEP)
     record(ctx)
 
 
@@ -81,7 +87,7 @@ def _hold(ctx: RunContext) -> dict:
     record(ctx)
     deadline = time.monotonic() + scaled(float(os.environ.get("CLUSTER_JOBS_TEST_LONG", "4")))
     while time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(STEP)
     record(ctx)
     return {"node": ctx.node_id, "attempt": ctx.attempt}
 
@@ -120,28 +126,28 @@ def breaker(ctx: RunContext) -> None:
 
 @job(name="tests.polite", timeout=timedelta(seconds=0.3))
 def polite(ctx: RunContext) -> str:
-    """Sleeps up to 5 s but stops as soon as it is cancelled."""
+    """Sleeps up to 5 s (scaled) but stops as soon as it is cancelled."""
     record(ctx)
-    ctx.wait(5)
+    ctx.wait(scaled(5))
     return "cancelled" if ctx.cancelled else "finished"
 
 
 @job(name="tests.stubborn", timeout=timedelta(seconds=0.2))
 def stubborn(ctx: RunContext) -> None:
-    """Ignores cancellation for 3 s (a thread cannot be killed)."""
-    time.sleep(3)
+    """Ignores cancellation for 3 s, scaled (a thread cannot be killed)."""
+    time.sleep(scaled(3))
 
 
 @job(name="tests.hang", executor="process", timeout=timedelta(seconds=1))
 def hang(ctx: RunContext) -> None:
     """Hangs; the process executor kills it at its deadline."""
-    time.sleep(60)
+    time.sleep(UNTIL_STOPPED)
 
 
 @job(name="tests.cancellable")
 def cancellable(ctx: RunContext) -> str:
     record(ctx)
-    ctx.wait(20)
+    ctx.wait(UNTIL_STOPPED)
     return "cancelled" if ctx.cancelled else "finished"
 
 
@@ -339,7 +345,7 @@ def chatty_process(ctx: RunContext, lines: int = 0, hang: bool = False) -> str:
     """The same in a child process; with ``hang`` it then waits to be killed."""
     _chat(ctx, lines, False)
     if hang:
-        time.sleep(60)
+        time.sleep(UNTIL_STOPPED)
     return "chatted"
 
 
@@ -364,9 +370,9 @@ def _together(ctx: RunContext) -> None:
     deadline = time.monotonic() + scaled(float(os.environ.get("CLUSTER_JOBS_TEST_LONG", "0")))
     branches = Effect.objects.filter(key=ctx.key, job__in=("tests.flow_b", "tests.flow_c"))
     while time.monotonic() < deadline + scaled(5) and branches.count() < 2:
-        time.sleep(0.02)
+        time.sleep(STEP)
     while time.monotonic() < deadline:
-        time.sleep(0.05)
+        time.sleep(STEP)
     if Effect.objects.filter(job=f"fail:{ctx.job}").exists():  # a test asks it to fail
         raise RuntimeError(f"{ctx.job} fails on purpose")
 

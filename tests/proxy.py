@@ -6,6 +6,8 @@ import contextlib
 import socket
 import threading
 
+from tests.timing import SERVER_ANSWERS
+
 
 class Proxy:
     """Forwards 127.0.0.1:<port> to a target; ``cut()`` drops every connection and refuses new
@@ -32,7 +34,7 @@ class Proxy:
                 client.close()
                 continue
             try:
-                upstream = socket.create_connection(self.target, timeout=5)
+                upstream = socket.create_connection(self.target, timeout=SERVER_ANSWERS)
             except OSError:
                 client.close()
                 continue

@@ -62,7 +62,7 @@ DATABASES = {"default": env.db("DATABASE_URL", default=f"sqlite:///{_SQLITE}")}
 _db = DATABASES["default"]
 if _db["ENGINE"].endswith("sqlite3"):
     _db["OPTIONS"] = {
-        "timeout": 20,
+        "timeout": scaled(20),  # SQLite's busy timeout: a writer waits this long for the lock
         "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
         "transaction_mode": "IMMEDIATE",
     }

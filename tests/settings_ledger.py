@@ -7,12 +7,13 @@ processes of tests/multinode/test_ledger_database.py.
 
 from tests.settings import *  # noqa: F403
 from tests.settings import CLUSTER_JOBS, DATABASES, env
+from tests.timing import scaled
 
 DATABASES = {**DATABASES, "ledger": env.db("LEDGER_DATABASE_URL")}
 for _db in DATABASES.values():
     if _db["ENGINE"].endswith("sqlite3"):
         _db["OPTIONS"] = {
-            "timeout": 20,
+            "timeout": scaled(20),
             "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
             "transaction_mode": "IMMEDIATE",
         }

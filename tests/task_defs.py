@@ -7,6 +7,8 @@ import os
 import time
 from pathlib import Path
 
+from tests.timing import scaled
+
 try:
     from django.tasks import task
 except ImportError:  # Django 5.2: the backport
@@ -49,7 +51,7 @@ def flaky(marker: str) -> str:
 
 @task
 async def async_add(a: int, b: int) -> int:
-    await asyncio.sleep(0.01)
+    await asyncio.sleep(scaled(0.01))
     return a + b
 
 
@@ -77,9 +79,9 @@ every_second = schedule(
 )  # fmt: skip
 
 
-@task(timeout=0.3)
+@task(timeout=scaled(0.3))
 async def overruns() -> None:
-    await asyncio.sleep(30)
+    await asyncio.sleep(scaled(30))
 
 
 @task(backend="at_most_once")

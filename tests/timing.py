@@ -2,9 +2,11 @@
 
 ``CLUSTER_JOBS_TEST_TIME_SCALE`` (default 1; read here and nowhere else) multiplies every time a
 test waits on or gives a scheduler: the deadlines below, the scheduler settings of
-``tests/settings.py`` (heartbeat, leases, grace, leader, presence, poll), the durations of the test
-jobs in ``tests/jobs.py`` and the ``--duration`` of the scheduler processes. A slower machine
-raises that one number; nothing else changes.
+``tests/settings.py`` (heartbeat, lease, grace, leader lease, dead-after, poll, SQLite's busy
+timeout), the durations of the test jobs in ``tests/jobs.py`` and the ``--duration`` of the
+scheduler processes. A slower machine
+raises that one number; nothing else changes. (Presence's own look at its peers, a product
+constant, is not scaled: the deadlines that include it allow for it.)
 
 A deadline states how long a healthy cluster may take, not how long it usually takes: a test that
 reaches one has found a node that is stuck, or a guarantee broken, never a slow machine.

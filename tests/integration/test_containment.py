@@ -25,6 +25,7 @@ from tests import timing
 from tests.conftest import wait_until
 from tests.factories import JobDefinitionFactory, JobRunFactory
 from tests.models import Effect
+from tests.nodes import is_ended, served, take_all
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -37,29 +38,8 @@ def node():
     node.stop()
 
 
-def take_all(node: Node) -> None:
-    """Look for pending runs now, as a notification or the poll would."""
-    node.taker.wake()
-    node.tick()
-
-
-def is_ended(run: JobRun) -> bool:
-    return JobRun.objects.get(pk=run.pk).state not in ("pending", "running")
-
-
 def ended(run: JobRun, timeout: float) -> JobRun:
     wait_until(lambda: is_ended(run), timeout)
-    return JobRun.objects.get(pk=run.pk)
-
-
-def served(node: Node, run: JobRun) -> JobRun:
-    """Let ``node`` look for pending runs, as its loop does, until ``run`` ended; return it.
-
-    One look may take nothing (the node's estimate of the database's clock can put a run due
-    "now" a little ahead of it, or the look fails and is retried): the node's loop then looks
-    again at the run's due time, and so does this.
-    """
-    wait_until(lambda: take_all(node) or is_ended(run), timing.RUN_ENDS)
     return JobRun.objects.get(pk=run.pk)
 
 

@@ -380,7 +380,9 @@ def test_a_failed_wake_signal_is_logged_and_the_enqueue_stands(caplog, monkeypat
 @pytest.mark.timing
 def test_an_idle_node_that_hears_nothing_starts_an_enqueued_run_at_its_poll(start_scheduler):
     """On the portable ORM path nothing announces a run: the node looks every POLL_INTERVAL
-    (1 s, scaled), and each run starts within REACT, which allows one poll interval."""
+    (1 s, scaled), and each run starts within REACT, which allows one poll interval. End to
+    end only: REACT would let a slower poll pass; tests/unit/test_taker.py pins the poll's due
+    time to exactly one POLL_INTERVAL after a look that found nothing."""
     scheduler = start_scheduler(
         "poller", "--duration", SCHEDULER_LIFE, CLUSTER_JOBS_COORDINATION="orm"
     )

@@ -16,6 +16,7 @@ from django_cluster_jobs.models import JobDefinition, JobRun, RunState
 from django_cluster_jobs.observe import tracing
 from tests import timing
 from tests.conftest import wait_until
+from tests.nodes import served
 from tests.spans import memory_exporter
 from tests.timing import scaled
 
@@ -63,10 +64,12 @@ def test_enqueue_outside_a_trace_stores_nothing(spans):
     assert JobRun.objects.get(pk=services.enqueue("tests.manual").pk).trace_context is None
 
 
+@pytest.mark.timing
 def test_the_run_continues_the_trace_that_enqueued_it(node, spans):
     with trace.get_tracer("app").start_as_current_span("request") as request:
         run = services.enqueue("tests.manual", {"value": 2})
-    node.tick()  # takes the run: its span ends on the executor's thread, with the run
+    served(node, run)  # looks until the run ended (one look may find it not yet due)
+    # Its span ends on the executor's thread after the run's end is written.
     assert node.executor.wait_idle(timing.RUN_ENDS)
     (span,) = run_spans(spans, "tests.manual")
     assert span.context.trace_id == request.get_span_context().trace_id
@@ -85,10 +88,10 @@ def test_the_run_continues_the_trace_that_enqueued_it(node, spans):
     assert claims and claims[0].attributes["messaging.operation.type"] == "receive"
 
 
+@pytest.mark.timing
 def test_a_failed_run_has_an_error_status(node, spans):
-    services.enqueue("tests.boom")
-    node.tick()
-    assert node.executor.wait_idle(timing.RUN_ENDS)
+    served(node, services.enqueue("tests.boom"))
+    assert node.executor.wait_idle(timing.RUN_ENDS)  # its span ends after the run's end
     (span,) = run_spans(spans, "tests.boom")
     assert span.status.status_code == StatusCode.ERROR
     assert span.parent is None  # enqueued outside any trace: a trace of its own

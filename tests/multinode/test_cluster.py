@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import itertools
 import signal
-from collections import Counter
 from datetime import timedelta
 
 import pytest
 from django.utils import timezone
 
+from django_cluster_jobs import services
 from django_cluster_jobs.models import (
     JobDefinition,
     JobRun,
@@ -20,6 +20,7 @@ from django_cluster_jobs.models import (
 )
 from tests import timing
 from tests.conftest import wait_until
+from tests.ledger_checks import assert_every_occurrence_once, cluster_time_error, ledger_of
 from tests.models import Effect
 from tests.timing import FEW_SECONDS_OF_RUNS, NODE_EXIT, NODE_START, REACT, scaled
 
@@ -31,45 +32,12 @@ CLUSTER_LIFE = scaled(10)
 #: A node the test stops itself (SIGTERM) serves at most this long: longer than the test's
 #: waits on a healthy cluster, and within PROCESS_LIFE with its start and its exit.
 SERVES = scaled(60)
-#: How far the test's clock and a node's cluster time (the database's clock as the node measured
-#: it) may disagree.
-CLOCK_ERROR = timedelta(seconds=scaled(0.3))
-#: From the test's sending SIGTERM to the node's loop seeing it (the process must be scheduled
-#: and finish the statement it is in), with the clocks' disagreement.
+#: From the test's sending SIGTERM to the node's loop seeing it: the process must be scheduled
+#: and finish the statement it is in.
 SIGNAL_TAKEN = timedelta(seconds=scaled(1))
 #: The observation window after a disable: a healthy node fires nothing of the job in it.
 OBSERVE = scaled(2.5)
-#: What a skip of the overlap policy "skip" (the default) records: the previous run is live.
-OVERLAP_SKIP = "overlap: the previous run is still live"
-
-
-def seconds(job: str) -> list:
-    return sorted(JobRun.objects.filter(job__name=job).values_list("scheduled_at", flat=True))
-
-
-def ledger_of(job: str) -> str:
-    """The job's rows, for failure messages."""
-    fields = ("key", "state", "outcome", "node", "reason")
-    runs = JobRun.objects.filter(job__name=job).order_by("scheduled_at").values_list(*fields)
-    return "\n".join(" ".join(map(str, run)) for run in runs)
-
-
-def assert_contiguous(instants: list, step: timedelta) -> None:
-    gaps = [(a, b) for a, b in itertools.pairwise(instants) if b - a != step]
-    assert not gaps, f"missed or doubled occurrences between {gaps}"
-
-
-def assert_ran_or_skipped_once(job: str, ledger: str) -> None:
-    """Each occurrence of ``job`` ran once and succeeded, or was skipped by the overlap policy
-    (its previous run was still live on a slow machine) and ran nothing."""
-    runs = JobRun.objects.filter(job__name=job)
-    ran = runs.exclude(state=RunState.SKIPPED)
-    assert set(ran.values_list("state", flat=True)) <= {RunState.SUCCEEDED}, ledger
-    skips = runs.filter(state=RunState.SKIPPED).values_list("reason", flat=True)
-    assert all(reason.startswith(OVERLAP_SKIP) for reason in skips), ledger
-    per_key = Counter(Effect.objects.filter(job=job).values_list("key", flat=True))
-    assert set(per_key.values()) <= {1}, f"an occurrence of {job} ran twice: {per_key}\n{ledger}"
-    assert set(per_key) == set(ran.values_list("key", flat=True)), ledger
+SECOND = timedelta(seconds=1)
 
 
 def test_three_nodes_run_each_occurrence_exactly_once(start_scheduler):
@@ -78,59 +46,62 @@ def test_three_nodes_run_each_occurrence_exactly_once(start_scheduler):
     ]
     for node in nodes:
         assert node.wait(timeout=NODE_START + CLUSTER_LIFE + NODE_EXIT) == 0, node.output()
+    logs = "\n".join(n.output() for n in nodes)
 
-    every = seconds("tests.every_second")
-    assert len(every) >= 7
-    assert_contiguous(every, timedelta(seconds=1))
-    ledger = ledger_of("tests.every_second") + "\n" + "\n".join(n.output() for n in nodes)
-    for job in ALL.split(","):
-        assert_ran_or_skipped_once(f"tests.{job}", ledger)
+    # Each node serves CLUSTER_LIFE seconds from its own start: the cluster serves ten seconds
+    # at least, so seven occurrences at least fall in it.
+    assert_every_occurrence_once("tests.every_second", step=SECOND, least=7, context=logs)
     for node in nodes:  # each node raced for the shared occurrences: it won some or lost some
         won = JobRun.objects.filter(job__name="tests.every_second", node=node.node_id).exists()
         lost = WorkerNode.objects.get(node_id=node.node_id).claims_lost
-        assert won or lost, f"{node.node_id} never competed\n{ledger}"
+        assert won or lost, f"{node.node_id} never competed\n{ledger_of('tests.every_second')}"
 
-    assert_contiguous(seconds("tests.rate"), timedelta(seconds=2))
+    # Those seven seconds hold three slots at least of the fixed rate (anchored on the epoch).
+    assert_every_occurrence_once("tests.rate", step=2 * SECOND, least=3, context=logs)
     for node in nodes:
-        per_node = seconds_on(node.node_id)
-        assert len(per_node) >= 5
-        assert_contiguous(per_node, timedelta(seconds=1))
-        assert Effect.objects.filter(job="tests.startup", node=node.node_id).count() == 1
-    assert_fixed_delay_windows("tests.delay", timedelta(seconds=2))
+        own = f"@{node.node_id}"
+        # Every-node occurrences are the node's own keys; a row that ran nothing names no node.
+        assert_every_occurrence_once(
+            "tests.per_node", step=SECOND, key_suffix=own, least=5, context=logs
+        )
+        ran = JobRun.objects.filter(job__name="tests.per_node", key__endswith=own)
+        ran = ran.exclude(state=RunState.SKIPPED)
+        assert set(ran.values_list("node", flat=True)) == {node.node_id}, ledger_of(
+            "tests.per_node"
+        )
+        started = assert_every_occurrence_once("tests.startup", key_suffix=own, context=logs)
+        assert len(started) == 1, ledger_of("tests.startup")
+    assert_every_occurrence_once("tests.delay", least=2, context=logs)
+    assert_fixed_delay_windows("tests.delay", 2 * SECOND)
     assert set(WorkerNode.objects.values_list("status", flat=True)) == {NodeStatus.STOPPED}
-
-
-def seconds_on(node_id: str) -> list:
-    runs = JobRun.objects.filter(job__name="tests.per_node", node=node_id)
-    assert all(key.endswith(f"@{node_id}") for key in runs.values_list("key", flat=True))
-    return sorted(runs.values_list("scheduled_at", flat=True))
 
 
 def assert_fixed_delay_windows(job: str, delay: timedelta) -> None:
     runs = list(JobRun.objects.filter(job__name=job).order_by("started_at"))
-    assert len(runs) >= 2
     for previous, following in itertools.pairwise(runs):
-        # Cluster time comes from one database clock; allow its measurement error.
-        assert following.started_at >= previous.finished_at + delay - timedelta(milliseconds=50)
+        # Exact: the claim compared these very instants, under the job's lock (a run is claimed
+        # only once the latest one's stored end plus the delay is at or before the claim's own
+        # instant, which it stores as its start), so no clock can make them disagree.
+        assert following.started_at >= previous.finished_at + delay, ledger_of(job)
 
 
 def test_sigterm_lets_running_jobs_finish_and_exits_zero(start_scheduler):
     node = start_scheduler("slow", jobs="slow", CLUSTER_JOBS_TEST_SLOW="3")
     wait_until(lambda: Effect.objects.filter(job="tests.slow").exists(), NODE_START + REACT)
-    signalled = timezone.now()
+    signalled = services.cluster_now()  # before the signal, on the database's clock
     node.signal(signal.SIGTERM)
     assert node.wait(timeout=NODE_EXIT) == 0, node.output()
-    runs = JobRun.objects.filter(job__name="tests.slow")
-    ran = runs.exclude(state=RunState.SKIPPED)
-    assert ran.exists()
-    for run in ran:
-        assert run.state == RunState.SUCCEEDED, node.output()
-        assert Effect.objects.filter(key=run.key).count() == 2, "a handler was cut short"
-    skips = runs.filter(state=RunState.SKIPPED).values_list("reason", flat=True)
-    assert all(reason.startswith(OVERLAP_SKIP) for reason in skips), ledger_of("tests.slow")
+    # A run of 3 s covers the next seconds' occurrences: they are skipped naming it, so only
+    # one run need have run. Each run that ran recorded its start and its end: none was cut
+    # short.
+    assert_every_occurrence_once(
+        "tests.slow", step=SECOND, least_ran=1, effects_per_run=2, context=node.output()
+    )
     # The node claims nothing after the signal (an occurrence it reached while the first run
     # was live is a skipped row, decided before it).
-    late = runs.filter(outcome=Outcome.WON, created_at__gt=signalled + SIGNAL_TAKEN)
+    runs = JobRun.objects.filter(job__name="tests.slow")
+    taken = signalled + SIGNAL_TAKEN + cluster_time_error()
+    late = runs.filter(outcome=Outcome.WON, created_at__gt=taken)
     assert not late.exists(), ledger_of("tests.slow")
     assert WorkerNode.objects.get(node_id="slow").status == NodeStatus.STOPPED
 
@@ -142,11 +113,13 @@ def test_disabling_a_job_stops_it_on_a_running_node(start_scheduler):
     definition = JobDefinition.objects.get(name="tests.every_second")
     definition.enabled = False
     definition.save()  # what the admin does
-    disabled_at = timezone.now()
-    # A claim after the change is refused in the claim's own statement (the job's mark and
-    # revision moved with it), so nothing may fire during the window, however slow the node.
+    disabled_at = services.cluster_now()  # after the change's commit, on the database's clock
+    # A claim after the change's commit is refused in the claim's own statement (the job's mark
+    # and revision moved with it), so nothing may fire during the window, however slow the
+    # node: a claim that got in was made before the commit, at an instant of the node's cluster
+    # time, off the database's clock by its error at most.
     timing.pause(OBSERVE)
-    late = every.filter(created_at__gt=disabled_at + CLOCK_ERROR)
+    late = every.filter(created_at__gt=disabled_at + cluster_time_error())
     assert not late.exists(), node.output()
     wait_until(lambda: WorkerNode.objects.get(node_id="toggle").skipped.get("disabled"), REACT)
     definition.enabled = True

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import ast
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 TESTS = Path(__file__).resolve().parent.parent
@@ -18,7 +18,9 @@ DEADLINE_KEYWORDS = {"timeout", "deadline", "within", "seconds"}
 #: Calls whose second positional argument is a deadline.
 SECOND_ARGUMENT_DEADLINE = {"wait_until"}
 #: Calls whose first positional argument is a number of seconds.
-FIRST_ARGUMENT_SECONDS = {"sleep", "wait", "join", "communicate", "pause"}
+FIRST_ARGUMENT_SECONDS = {"sleep", "wait", "join", "communicate", "pause", "Timer"}
+#: Clocks a deadline is computed from (``monotonic() + 5`` is a bare deadline).
+CLOCKS = {"monotonic", "time", "perf_counter"}
 #: Calls that make a value out of seconds (an instant, a schedule), not a wait.
 VALUES = {"timedelta"}
 #: Command-line options of runscheduler that take seconds.
@@ -72,29 +74,41 @@ def violations_in(path: Path) -> Iterator[str]:
     def bare(node: ast.expr | None) -> bool:
         return literal_seconds(node) or (isinstance(node, ast.Name) and node.id in constants)
 
-    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
-        name, where = called_name(call), f"{shown(path)}:{call.lineno}"
-        if name in VALUES:
-            continue
-        for keyword in call.keywords:
-            if keyword.arg in DEADLINE_KEYWORDS and bare(keyword.value):
-                yield f"{where}: {name}({keyword.arg}=…) is a bare number of seconds"
-        if name in SECOND_ARGUMENT_DEADLINE and len(call.args) > 1 and bare(call.args[1]):
-            yield f"{where}: {name}(…, <seconds>) is a bare number of seconds"
-        if name in FIRST_ARGUMENT_SECONDS and call.args and bare(call.args[0]):
-            yield f"{where}: {name}(<seconds>) is a bare number of seconds"
-        for option, value in itertools.pairwise(call.args):
-            if (
-                isinstance(option, ast.Constant)
-                and option.value in SECONDS_OPTIONS
-                and isinstance(value, ast.Constant)
-                and value.value != "0"
-            ):
-                yield f"{where}: {option.value} {value.value!r} is a bare number of seconds"
+    for node in ast.walk(tree):
+        where = f"{shown(path)}:{getattr(node, 'lineno', 0)}"
+        if isinstance(node, ast.BinOp):
+            yield from clock_sums(node, bare, where)
+        elif isinstance(node, ast.Call) and called_name(node) not in VALUES:
+            yield from call_deadlines(node, bare, where)
+
+
+def clock_sums(node: ast.BinOp, bare: Callable[[ast.expr], bool], where: str) -> Iterator[str]:
+    """``monotonic() + 5``: a deadline computed from a clock and a bare number."""
+    sides = (node.left, node.right)
+    clock = any(isinstance(n, ast.Call) and called_name(n) in CLOCKS for n in sides)
+    if isinstance(node.op, ast.Add) and clock and any(bare(n) for n in sides):
+        yield f"{where}: a clock plus a bare number of seconds"
+
+
+def call_deadlines(call: ast.Call, bare: Callable[[ast.expr], bool], where: str) -> Iterator[str]:
+    """A bare number of seconds where a call takes a deadline, a wait or a lifetime."""
+    name = called_name(call)
+    for keyword in call.keywords:
+        if keyword.arg in DEADLINE_KEYWORDS and bare(keyword.value):
+            yield f"{where}: {name}({keyword.arg}=…) is a bare number of seconds"
+    if name in SECOND_ARGUMENT_DEADLINE and len(call.args) > 1 and bare(call.args[1]):
+        yield f"{where}: {name}(…, <seconds>) is a bare number of seconds"
+    if name in FIRST_ARGUMENT_SECONDS and call.args and bare(call.args[0]):
+        yield f"{where}: {name}(<seconds>) is a bare number of seconds"
+    texts = [a.value if isinstance(a, ast.Constant) else None for a in call.args]
+    for option, value in itertools.pairwise(texts):
+        if option in SECONDS_OPTIONS and isinstance(value, str) and value != "0":
+            yield f"{where}: {option} {value!r} is a bare number of seconds"
 
 
 def module_paths() -> list[Path]:
-    return sorted(TESTS.rglob("test_*.py"))
+    """Every module of the suite (tests, fixtures, test jobs) but the one that defines the scale."""
+    return sorted(path for path in TESTS.rglob("*.py") if path.name != "timing.py")
 
 
 def test_no_test_waits_a_bare_number_of_seconds():
@@ -117,7 +131,9 @@ def test_the_rule_finds_each_kind_of_bare_seconds(tmp_path):
         "    start_scheduler('n', '--duration', f'{LIFE:g}', '--tags', 'a')\n"
         "    wait_until(lambda: True, timing.REACT)\n"
         "    timedelta(seconds=5)\n"
+        "    deadline = time.monotonic() + 5\n"
+        "    threading.Timer(3, print)\n"
     )
     found = list(violations_in(sample))
     lines = sorted(int(v.split(":")[1]) for v in found)
-    assert lines == [3, 4, 5, 6, 7], found
+    assert lines == [3, 4, 5, 6, 7, 11, 12], found

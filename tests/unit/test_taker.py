@@ -6,6 +6,9 @@ import threading
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
+from django_cluster_jobs.conf import app_settings
+from django_cluster_jobs.coordination.orm import ORMVendor
+from django_cluster_jobs.engine import Node
 from django_cluster_jobs.engine.taker import Taker
 from django_cluster_jobs.models import JobDefinition
 
@@ -79,3 +82,32 @@ def test_a_safety_poll_reads_before_it_takes():
     host.calls.clear()
     taker.tick(PLANNED, taker.due)
     assert host.calls == ["read"]
+
+
+def orm_node() -> SimpleNamespace:
+    """What a node reads to choose how it hears of pending runs, on the portable ORM path
+    (Node's own code, on a vendor that neither notifies nor has a wake file)."""
+    node = SimpleNamespace(
+        ledger=SimpleNamespace(alias="default", vendor=ORMVendor("default")), node_id="n"
+    )
+    node.listener = Node._make_listener(node)
+    node.listening = Node.listening.fget(node)
+    return node
+
+
+def test_where_nothing_announces_a_run_a_look_that_finds_none_polls_one_interval_later():
+    """On the ORM path no notification comes: an idle node finds an enqueued run by its poll,
+    which is due exactly POLL_INTERVAL after a look that found nothing, and not before."""
+    orm = orm_node()
+    assert orm.listener is None and not orm.listening
+    host = Host(every=Node.look_every(orm), listening=orm.listening)
+    taker = Taker(host)
+    interval = timedelta(seconds=app_settings.POLL_INTERVAL)
+    taker.wake()
+    taker.tick(PLANNED, NOW)
+    assert host.calls == ["read"] and taker.due == NOW + interval and taker.polling
+    host.calls.clear()
+    taker.tick(PLANNED, taker.due - timedelta(microseconds=1))  # not yet: no look
+    assert host.calls == [] and taker.due == NOW + interval
+    taker.tick(PLANNED, taker.due)  # the poll finds nothing again: the next is as far
+    assert host.calls == ["read"] and taker.due == NOW + 2 * interval and taker.polling
