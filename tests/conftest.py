@@ -109,7 +109,20 @@ class Scheduler:
             f"killed:\n{self.output()}"
         )
 
+    def started(self) -> bool:
+        """Whether the node has logged its start: its stop handlers are in place by then."""
+        return "started with" in self.output()
+
     def signal(self, signum: int) -> None:
+        """Send ``signum``; a stop request (SIGTERM, SIGINT) only once the node has started.
+
+        Until ``runscheduler`` installs its handlers, Python's default action for the signal ends
+        the process at once (exit -15): a node still importing Django holds nothing, and that is
+        no graceful stop to test. A test that sends one must not depend on how fast a process
+        boots, so this waits (NODE_START) for the start, or for the process to have ended.
+        """
+        if signum in (signal.SIGTERM, signal.SIGINT):
+            wait_until(lambda: self.started() or self.proc.poll() is not None, timing.NODE_START)
         if self.proc.poll() is None:
             os.kill(self.proc.pid, signum)
 

@@ -316,7 +316,7 @@ def test_sub_second_due_times_rank_and_tie_exactly(ledger):
 def wait_started(scheduler, *, listens: bool = True) -> None:
     """Wait until the node has started and, where it ``listens`` (PostgreSQL's LISTEN), until
     it does: from then on, every run enqueued is announced to it."""
-    wait_until(lambda: "started with" in scheduler.output(), timeout=timing.NODE_START)
+    wait_until(scheduler.started, timeout=timing.NODE_START)
     if listens and connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             listening = (
