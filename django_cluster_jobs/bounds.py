@@ -30,6 +30,8 @@ DEFAULT_COOLDOWN = timedelta(minutes=5)
 PRIORITY_MIN = -100
 PRIORITY_MAX = 100
 
+#: The reason columns of runs and events (JobRun.reason, RunEvent.reason).
+REASON_MAX_LENGTH = 200
 #: Column lengths (JobDefinition.name, callable_name, cron, timezone, queue, pause_reason).
 NAME_MAX_LENGTH = 200
 CRON_MAX_LENGTH = 200
@@ -72,6 +74,21 @@ BACKOFF_FACTOR_MAX = 100
 #: The earliest and latest time a run may be due (enqueue's ``at``, a pause's end).
 EARLIEST_RUN_AT = datetime(1970, 1, 1, tzinfo=UTC)
 LATEST_RUN_AT = datetime(9000, 1, 1, tzinfo=UTC)
+
+#: The largest id of the app's tables (a signed 64-bit integer column).
+ID_MAX = 2**63 - 1
+
+
+#: Bounds of the CLUSTER_JOBS settings (checked by cluster_jobs.E001 and runscheduler's options):
+#: what the node's threads, timers and date arithmetic can hold. Seconds of the node's timings
+#: (leases, heartbeats, grace, polls) and runscheduler --duration: a thread's wait must accept
+#: them (see MAX_TIMEOUT).
+SETTING_SECONDS_MAX = int(MAX_TIMEOUT.total_seconds())
+#: Days of finished runs kept: a century.
+RETENTION_DAYS_MAX = 36_600
+#: Executor threads of one node, and occurrences claimed in one statement.
+THREADS_MAX = 1_000
+CLAIM_BATCH_MAX = 10_000
 
 #: How deeply lists and objects may nest in a payload.
 PAYLOAD_DEPTH_MAX = 32

@@ -12,6 +12,8 @@ from django.core import checks
 from django.db import connections
 from django.utils.module_loading import import_string
 
+from . import bounds as b
+from .columns import holds_a_name, unstorable
 from .conf import Defaults, app_settings
 from .coordination import vendor_of
 from .exceptions import ImproperlyConfigured, shown
@@ -23,12 +25,24 @@ def _number(value: object) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 
-def _positive(value: object) -> bool:
-    return _number(value) and value > 0
+def _between(low: float, high: float, *, above: bool = False, whole: bool = False
+             ) -> Callable[[object], bool]:  # fmt: skip
+    """A number from ``low`` (excluded when ``above``) to ``high``: never NaN or infinite."""
+
+    def valid(value: object) -> bool:
+        if not _number(value) or (whole and not isinstance(value, int)):
+            return False
+        return (low < value if above else low <= value) and value <= high
+
+    return valid
 
 
-def _count(value: object) -> bool:
-    return _positive(value) and isinstance(value, int)
+def _count(high: int) -> Callable[[object], bool]:
+    return _between(1, high, whole=True)
+
+
+def _seconds(value: object) -> bool:
+    return _between(0, b.SETTING_SECONDS_MAX, above=True)(value)
 
 
 def _importable(value: object) -> bool:
@@ -54,57 +68,105 @@ def _level(value: object) -> bool:
     return isinstance(value, str) and value.upper() in logging.getLevelNamesMapping()
 
 
+def _node_id(value: object) -> bool:
+    return value is None or (isinstance(value, str) and value != "" and holds_a_name(value))
+
+
 def _tags(value: object) -> bool:
-    return isinstance(value, list | tuple | set | frozenset) and all(
-        isinstance(tag, str) for tag in value
+    return (
+        isinstance(value, list | tuple | set | frozenset)
+        and len(value) <= b.TAGS_MAX
+        and all(
+            isinstance(tag, str) and len(tag) <= b.TAG_MAX_LENGTH and unstorable(tag) is None
+            for tag in value
+        )
     )
 
 
-SECONDS = "a positive number of seconds"
+def _queue_limits(value: object) -> bool:
+    return isinstance(value, dict) and all(
+        isinstance(queue, str) and len(queue) <= b.QUEUE_MAX_LENGTH and _count(b.COUNT_MAX)(n)
+        for queue, n in value.items()
+    )
+
+
+def _epoch(value: object) -> bool:
+    return (
+        isinstance(value, datetime)
+        and value.utcoffset() is not None
+        and b.EARLIEST_RUN_AT <= value <= b.LATEST_RUN_AT
+    )
+
+
+#: The longest timing, in words.
+LONGEST = f"{b.SETTING_SECONDS_MAX} ({b.SETTING_SECONDS_MAX // 86400} days)"
+SECONDS = f"a positive number of seconds, at most {LONGEST}"
+COUNT = f"1 to {b.COUNT_MAX}"
 
 #: What each CLUSTER_JOBS value must be: key -> (test, description used in the message).
 #: DATABASE and COORDINATION are checked by building the vendor.
 RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
-    "NODE_ID": (lambda v: v is None or (isinstance(v, str) and v != ""), "None or a non-empty str"),
-    "NODE_TAGS": (_tags, "a list or tuple of str"),
-    "EXECUTOR_THREADS": (_count, "a whole number, 1 or more"),
-    "CLAIM_BATCH_SIZE": (_count, "a whole number, 1 or more"),
-    "GRACE_PERIOD": (lambda v: _number(v) and v >= 0, "a number of seconds, 0 or more"),
-    "POLL_INTERVAL": (_positive, SECONDS),
+    "NODE_ID": (
+        _node_id,
+        f"None or a non-empty str of at most {b.NAME_MAX_LENGTH} characters, without NUL",
+    ),
+    "NODE_TAGS": (
+        _tags,
+        f"a list or tuple of at most {b.TAGS_MAX} str, each at most {b.TAG_MAX_LENGTH} characters",
+    ),
+    "EXECUTOR_THREADS": (_count(b.THREADS_MAX), f"a whole number, 1 to {b.THREADS_MAX}"),
+    "CLAIM_BATCH_SIZE": (_count(b.CLAIM_BATCH_MAX), f"a whole number, 1 to {b.CLAIM_BATCH_MAX}"),
+    "GRACE_PERIOD": (
+        _between(0, b.SETTING_SECONDS_MAX),
+        f"a number of seconds, 0 to {LONGEST}",
+    ),
+    "POLL_INTERVAL": (_seconds, SECONDS),
     "PRESENCE": (lambda v: isinstance(v, bool), "True or False"),
-    "LEASE_TTL": (_positive, SECONDS),
-    "HEARTBEAT_INTERVAL": (_positive, SECONDS),
-    "DEAD_AFTER": (_positive, SECONDS),
-    "LEADER_TTL": (_positive, SECONDS),
-    "RETENTION_DAYS": (_positive, "a positive number of days"),
+    "LEASE_TTL": (_seconds, SECONDS),
+    "HEARTBEAT_INTERVAL": (_seconds, SECONDS),
+    "DEAD_AFTER": (_seconds, SECONDS),
+    "LEADER_TTL": (_seconds, SECONDS),
+    "RETENTION_DAYS": (
+        _between(0, b.RETENTION_DAYS_MAX, above=True),
+        f"a positive number of days, at most {b.RETENTION_DAYS_MAX}",
+    ),
     "QUEUE_LIMITS": (
-        lambda v: (
-            isinstance(v, dict) and all(isinstance(q, str) and _count(n) for q, n in v.items())
-        ),
-        "a dict of queue name to a whole number, 1 or more",
+        _queue_limits,
+        f"a dict of queue name (at most {b.QUEUE_MAX_LENGTH} characters) to a whole number, "
+        f"{COUNT}",
     ),
     "PRIORITY_AGING": (
-        lambda v: v is None or (_number(v) and v >= 0),
-        "None or seconds, 0 or more",
+        lambda v: v is None or _between(0, b.MAX_INTERVAL.total_seconds())(v),
+        f"None or seconds, 0 to {int(b.MAX_INTERVAL.total_seconds())}",
     ),
     "CLOCK": (_importable, "None or the dotted path of an importable clock class"),
-    "EPOCH": (lambda v: isinstance(v, datetime) and v.utcoffset() is not None, "an aware datetime"),
-    "MAX_PAYLOAD_BYTES": (_count, "a whole number of bytes, 1 or more"),
-    "RUN_LOG_LEVEL": (_level, "None, a logging level's name (\"INFO\") or a number, 0 or more"),
-    "RUN_LOG_MAX_LINES": (_count, "a whole number of lines, 1 or more"),
-    "RUN_LOG_MAX_BYTES": (_count, "a whole number of bytes, 1 or more"),
+    "EPOCH": (
+        _epoch,
+        f"an aware datetime from {b.EARLIEST_RUN_AT.date()} to {b.LATEST_RUN_AT.date()}",
+    ),
+    "MAX_PAYLOAD_BYTES": (_count(b.COUNT_MAX), f"a whole number of bytes, {COUNT}"),
+    "RUN_LOG_LEVEL": (_level, 'None, a logging level\'s name ("INFO") or a number, 0 or more'),
+    "RUN_LOG_MAX_LINES": (_count(b.COUNT_MAX), f"a whole number of lines, {COUNT}"),
+    "RUN_LOG_MAX_BYTES": (_count(b.COUNT_MAX), f"a whole number of bytes, {COUNT}"),
     "PROBE_PORT": (_port, "None or a TCP port number, 0 to 65535 (0: any free port)"),
 }
 
 
+def setting_problem(key: str, value: object) -> str | None:
+    """What is wrong with ``value`` for the CLUSTER_JOBS ``key`` ("it must be ..."), or None:
+    the one rule for the setting and for the runscheduler option that overrides it."""
+    valid, expected = RULES[key]
+    return None if valid(value) else f"it must be {expected}"
+
+
 def _value_errors() -> list[checks.CheckMessage]:
     errors: list[checks.CheckMessage] = []
-    for key, (valid, expected) in RULES.items():
+    for key in RULES:
         value, default = getattr(app_settings, key), getattr(Defaults, key)
-        if not valid(value):
+        if problem := setting_problem(key, value):
             errors.append(
                 checks.Error(
-                    f"CLUSTER_JOBS[{key!r}] is {value!r}; it must be {expected}.",
+                    f"CLUSTER_JOBS[{key!r}] is {shown(value)}; {problem}.",
                     hint=f"Fix it, or remove the key to use the default {default!r}.",
                     id="cluster_jobs.E001",
                 )
@@ -305,13 +367,18 @@ def check_database(
     return check(databases)
 
 
-def _dependency_errors(problems: list[Any], check_id: str) -> list[checks.CheckMessage]:
+def _dependency_messages(problems: list[Any], *, stored: bool) -> list[checks.CheckMessage]:
+    """E006 (errors) for the code's own graph; W007 (warnings) once stored jobs join it."""
+    level, check_id = (checks.Warning, "W007") if stored else (checks.Error, "E006")
+    where = "in its @job declaration"
+    if stored:
+        where = "in the admin, or define the job it names again"
     return [
-        checks.Error(
+        level(
             f"Job {p.job!r}: invalid after {shown(p.value)}: {p.hint}",
-            hint="Fix the job's after= (its predecessors), in its @job declaration or in the "
-            "admin; until then the jobs it names never queue it.",
-            id=check_id,
+            hint=f"Fix the job's after= (its predecessors) {where}; until then the jobs it names "
+            "never queue it.",
+            id=f"cluster_jobs.{check_id}",
         )
         for p in problems
     ]
@@ -330,12 +397,14 @@ def check_code_dependencies(app_configs: Any = None, **kwargs: Any) -> list[chec
     from .validation import graph_errors
 
     graph, known = _code_graph()
-    return _dependency_errors(graph_errors(graph, known), "cluster_jobs.E006")
+    return _dependency_messages(graph_errors(graph, known), stored=False)
 
 
+# cluster_jobs.E007 (the same, an error) is retired: one delete in the admin, or a job removed from
+# the code with its row, made migrate, check and runscheduler exit. Stored rows warn, never stop.
 @checks.register(checks.Tags.database)
 def check_stored_dependencies(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    """cluster_jobs.E007: with the database-defined jobs, a predecessor is unknown or the
+    """cluster_jobs.W007: with the database-defined jobs, a predecessor is unknown or the
     dependencies make a cycle (what E006 already says of code jobs alone is not repeated)."""
     from .validation import graph_errors
 
@@ -346,4 +415,4 @@ def check_stored_dependencies(app_configs: Any = None, **kwargs: Any) -> list[ch
         if row.source == "database" and isinstance(row.after, list) and row.after:
             graph[row.name] = row.after
     found = [p for p in graph_errors(graph, known) if str(p) not in alone]
-    return _dependency_errors(found, "cluster_jobs.E007")
+    return _dependency_messages(found, stored=True)

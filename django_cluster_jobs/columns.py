@@ -56,6 +56,21 @@ def unstorable(value: str) -> str | None:
     return None
 
 
+def holds_an_id(text: str) -> bool:
+    """Whether ``text`` (from a URL or a query string) is an id a row can have: ASCII digits,
+    leading zeros allowed, at most ID_MAX. Anything else names no row: the caller answers
+    "not found" or "invalid", never a query the database refuses."""
+    digits = text.lstrip("0") or "0"
+    return text.isascii() and text.isdigit() and len(digits) <= len(str(b.ID_MAX)) \
+        and int(digits) <= b.ID_MAX  # fmt: skip
+
+
+def holds_a_name(text: str) -> bool:
+    """Whether ``text`` can be a stored job name or node id: within NAME_MAX_LENGTH, and text a
+    database can store (see :func:`unstorable`)."""
+    return len(text) <= b.NAME_MAX_LENGTH and unstorable(text) is None
+
+
 def _encodes(value: str) -> bool:
     try:
         value.encode("utf-8")

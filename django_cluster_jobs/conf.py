@@ -10,6 +10,7 @@ from typing import Any
 from django.conf import settings as django_settings
 from django.core.signals import setting_changed
 
+from .bounds import NAME_MAX_LENGTH
 from .exceptions import ImproperlyConfigured
 
 
@@ -100,11 +101,13 @@ class Settings(Defaults):
         self._cache = None
 
     def node_id(self) -> str:
-        """The configured node id, or one made from the pod or host name and the pid."""
+        """The configured node id, or one made from the pod or host name and the pid (the name
+        cut so that the id fits the node id columns, NAME_MAX_LENGTH characters)."""
         if self.NODE_ID:
             return str(self.NODE_ID)
-        host = os.environ.get("POD_NAME") or socket.gethostname()
-        return f"{host}:{os.getpid()}"
+        host = (os.environ.get("POD_NAME") or socket.gethostname()).replace("\x00", "")
+        pid = f":{os.getpid()}"
+        return f"{host[: NAME_MAX_LENGTH - len(pid)]}{pid}"
 
 
 app_settings = Settings()

@@ -139,7 +139,7 @@ def _laid_out(instance: Instance, steps: dict[str, Step]) -> Instance:
         order = list(graphlib.TopologicalSorter({
             s.job: [p for p in s.after if p in steps] for s in steps.values()
         }).static_order())  # fmt: skip
-    except graphlib.CycleError:  # a cycle (check E007 reports it): draw the steps as they come
+    except graphlib.CycleError:  # a cycle (check W007 reports it): draw the steps as they come
         order = list(steps)
     rows: dict[int, int] = {}
     placed = []

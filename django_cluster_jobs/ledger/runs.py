@@ -14,6 +14,7 @@ from typing import Any
 from django.db import transaction
 from django.db.models import F, QuerySet
 
+from ..bounds import REASON_MAX_LENGTH
 from ..coordination import Ending, Vendor, Won
 from ..models import PARKED, Cause, Delivery, EventKind, JobRun, RunEvent, RunLog, RunState
 from ..ranks import rank_expression
@@ -165,7 +166,7 @@ class Runs:
             lease_expires_at=None,
             fence=fence + 1,
             attempt=F("attempt") + 1,
-            reason=reason,
+            reason=reason[:REASON_MAX_LENGTH],  # a node id may take most of it
             cause=cause,
         )
         if back:
@@ -184,7 +185,7 @@ class Runs:
                 finished_at=now,
                 lease_expires_at=None,
                 fence=fence + 1,
-                reason=f"{reason} (at most once: not re-run)",
+                reason=f"{reason} (at most once: not re-run)"[:REASON_MAX_LENGTH],
             )
             if not lost:
                 return None
@@ -226,5 +227,6 @@ class Runs:
     ) -> None:
         """Append one event to a run's timeline."""
         RunEvent.objects.using(self.alias).create(
-            run_id=run_id, kind=kind, node=node, fence=fence, reason=reason, at=now
+            run_id=run_id, kind=kind, node=node, fence=fence, reason=reason[:REASON_MAX_LENGTH],
+            at=now,
         )

@@ -1,6 +1,6 @@
 """System checks: the exact messages, hints and ids."""
 
-from datetime import datetime
+from datetime import UTC, datetime
 from types import SimpleNamespace
 
 import pytest
@@ -11,6 +11,7 @@ from django.test import override_settings
 from django_cluster_jobs import checks as cluster_checks
 from django_cluster_jobs.checks import check_settings, check_sqlite_version
 from django_cluster_jobs.conf import KNOWN
+from django_cluster_jobs.exceptions import shown
 
 SETTINGS_HINT = "Fix the CLUSTER_JOBS setting."
 on_sqlite = pytest.mark.skipif(
@@ -115,30 +116,57 @@ def test_unknown_database_alias():
         assert check_settings() == [expected]
 
 
+#: What the timing settings must be, as E001 words it.
+SECONDS = "a positive number of seconds, at most 2592000 (30 days)"
+THREADS = "a whole number, 1 to 1000"
+NODE_ID = "None or a non-empty str of at most 200 characters, without NUL"
+TAGS = "a list or tuple of at most 100 str, each at most 100 characters"
+EPOCH = "an aware datetime from 1970-01-01 to 9000-01-01"
+QUEUES = "a dict of queue name (at most 100 characters) to a whole number, 1 to 2147483647"
 #: What RUN_LOG_LEVEL must be, as E001 words it.
-LEVEL = "None, a logging level's name (\"INFO\") or a number, 0 or more"
+LEVEL = 'None, a logging level\'s name ("INFO") or a number, 0 or more'
 
 
 @pytest.mark.parametrize(
     ("key", "value", "expected", "default"),
     [
-        ("EXECUTOR_THREADS", 0, "a whole number, 1 or more", 4),
-        ("EXECUTOR_THREADS", 2.5, "a whole number, 1 or more", 4),
-        ("CLAIM_BATCH_SIZE", True, "a whole number, 1 or more", 500),
-        ("LEASE_TTL", -1, "a positive number of seconds", 15.0),
-        ("HEARTBEAT_INTERVAL", "5", "a positive number of seconds", 5.0),
-        ("POLL_INTERVAL", 0, "a positive number of seconds", 1.0),
-        ("DEAD_AFTER", None, "a positive number of seconds", 60.0),
-        ("LEADER_TTL", 0.0, "a positive number of seconds", 15.0),
-        ("RETENTION_DAYS", -3, "a positive number of days", 14.0),
-        ("GRACE_PERIOD", -0.5, "a number of seconds, 0 or more", 30.0),
-        ("NODE_ID", "", "None or a non-empty str", None),
+        ("EXECUTOR_THREADS", 0, THREADS, 4),
+        ("EXECUTOR_THREADS", 2.5, THREADS, 4),
+        ("EXECUTOR_THREADS", 10**6, THREADS, 4),
+        ("CLAIM_BATCH_SIZE", True, "a whole number, 1 to 10000", 500),
+        ("CLAIM_BATCH_SIZE", 10**9, "a whole number, 1 to 10000", 500),
+        ("LEASE_TTL", -1, SECONDS, 15.0),
+        ("LEASE_TTL", float("inf"), SECONDS, 15.0),
+        ("HEARTBEAT_INTERVAL", "5", SECONDS, 5.0),
+        # A thread's wait cannot take it (OverflowError: the heartbeat thread would die).
+        ("HEARTBEAT_INTERVAL", 1e12, SECONDS, 5.0),
+        ("POLL_INTERVAL", 0, SECONDS, 1.0),
+        ("POLL_INTERVAL", float("nan"), SECONDS, 1.0),
+        ("DEAD_AFTER", None, SECONDS, 60.0),
+        ("DEAD_AFTER", 10**20, SECONDS, 60.0),
+        ("LEADER_TTL", 0.0, SECONDS, 15.0),
+        ("RETENTION_DAYS", -3, "a positive number of days, at most 36600", 14.0),
+        # timedelta(days=1e9) overflows.
+        ("RETENTION_DAYS", 1e9, "a positive number of days, at most 36600", 14.0),
+        ("GRACE_PERIOD", -0.5, "a number of seconds, 0 to 2592000 (30 days)", 30.0),
+        ("GRACE_PERIOD", float("inf"), "a number of seconds, 0 to 2592000 (30 days)", 30.0),
+        ("NODE_ID", "", NODE_ID, None),
+        # Longer than WorkerNode.node_id and JobRun.node: the node could not register.
+        ("NODE_ID", "n" * 201, NODE_ID, None),
+        ("NODE_ID", "node\x00a", NODE_ID, None),
         ("PRESENCE", "no", "True or False", True),
         ("PRESENCE", 0, "True or False", True),
-        ("NODE_TAGS", "gpu", "a list or tuple of str", ()),
-        ("NODE_TAGS", ["gpu", 1], "a list or tuple of str", ()),
-        ("EPOCH", datetime(2026, 1, 1), "an aware datetime", "EPOCH"),
-        ("EPOCH", "1970-01-01", "an aware datetime", "EPOCH"),
+        ("NODE_TAGS", "gpu", TAGS, ()),
+        ("NODE_TAGS", ["gpu", 1], TAGS, ()),
+        ("NODE_TAGS", ["g" * 101], TAGS, ()),
+        ("NODE_TAGS", [f"t{i}" for i in range(101)], TAGS, ()),
+        ("QUEUE_LIMITS", {"q" * 101: 1}, QUEUES, {}),
+        ("QUEUE_LIMITS", {"reports": 2**31}, QUEUES, {}),
+        ("PRIORITY_AGING", float("inf"), "None or seconds, 0 to 316224000", 60.0),
+        ("EPOCH", datetime(2026, 1, 1), EPOCH, "EPOCH"),
+        ("EPOCH", "1970-01-01", EPOCH, "EPOCH"),
+        ("EPOCH", datetime(1, 1, 2, tzinfo=UTC), EPOCH, "EPOCH"),
+        ("MAX_PAYLOAD_BYTES", 2**31, "a whole number of bytes, 1 to 2147483647", 64 * 1024),
         (
             "CLOCK",
             "tests.nowhere.Clock",
@@ -154,14 +182,14 @@ LEVEL = "None, a logging level's name (\"INFO\") or a number, 0 or more"
         ("RUN_LOG_LEVEL", "LOUD", LEVEL, "INFO"),
         ("RUN_LOG_LEVEL", -1, LEVEL, "INFO"),
         ("RUN_LOG_LEVEL", True, LEVEL, "INFO"),
-        ("RUN_LOG_MAX_LINES", 0, "a whole number of lines, 1 or more", 1000),
-        ("RUN_LOG_MAX_BYTES", 1.5, "a whole number of bytes, 1 or more", 256 * 1024),
+        ("RUN_LOG_MAX_LINES", 0, "a whole number of lines, 1 to 2147483647", 1000),
+        ("RUN_LOG_MAX_BYTES", 1.5, "a whole number of bytes, 1 to 2147483647", 256 * 1024),
     ],
 )
 def test_invalid_value(key, value, expected, default):
     default = cluster_checks.Defaults.EPOCH if default == "EPOCH" else default
     error = e001(
-        f"CLUSTER_JOBS[{key!r}] is {value!r}; it must be {expected}.",
+        f"CLUSTER_JOBS[{key!r}] is {shown(value)}; it must be {expected}.",
         hint=f"Fix it, or remove the key to use the default {default!r}.",
     )
     with override_settings(CLUSTER_JOBS={key: value}):
@@ -176,7 +204,13 @@ def test_invalid_value(key, value, expected, default):
         ("NODE_ID", "node-a"),
         ("NODE_TAGS", ["gpu", "eu"]),
         ("NODE_TAGS", frozenset({"gpu"})),
+        ("NODE_ID", "n" * 200),
         ("LEASE_TTL", 1),
+        ("HEARTBEAT_INTERVAL", 2592000),
+        ("RETENTION_DAYS", 36600),
+        ("EXECUTOR_THREADS", 1000),
+        ("QUEUE_LIMITS", {"q" * 100: 2**31 - 1}),
+        ("PRIORITY_AGING", 0),
         ("PRESENCE", False),
         ("EPOCH", datetime.fromisoformat("2026-01-01T00:00:00+01:00")),
         ("CLOCK", "django_cluster_jobs.engine.clock.Clock"),
@@ -200,8 +234,8 @@ def test_every_invalid_value_is_reported_with_the_coordination():
         CLUSTER_JOBS={"LEASE_TTL": 0, "EXECUTOR_THREADS": 0, "COORDINATION": "bogus"}
     ):
         assert [error.msg for error in check_settings()] == [
-            "CLUSTER_JOBS['EXECUTOR_THREADS'] is 0; it must be a whole number, 1 or more.",
-            "CLUSTER_JOBS['LEASE_TTL'] is 0; it must be a positive number of seconds.",
+            f"CLUSTER_JOBS['EXECUTOR_THREADS'] is 0; it must be {THREADS}.",
+            f"CLUSTER_JOBS['LEASE_TTL'] is 0; it must be {SECONDS}.",
             "CLUSTER_JOBS['COORDINATION'] is 'bogus'; choose one of auto, postgresql, sqlite, orm.",
         ]
 

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 import pytest
 from django.conf import settings
 from django.core import exceptions as django_exceptions
+from django.core.management import CommandError, call_command
 from django.test import override_settings
 
 from django_cluster_jobs.conf import KNOWN, Defaults, app_settings
@@ -129,3 +130,34 @@ def test_node_id_falls_back_to_the_host_name_and_pid(monkeypatch, pod_name):
     monkeypatch.setattr(socket, "gethostname", lambda: "host-a")
     with override_settings(CLUSTER_JOBS={}):
         assert app_settings.node_id() == f"host-a:{os.getpid()}"
+
+
+def test_a_node_id_made_from_a_long_pod_name_fits_its_column(monkeypatch):
+    # A pod name may have 253 characters; the node id columns hold 200.
+    monkeypatch.setenv("POD_NAME", "p" * 253)
+    with override_settings(CLUSTER_JOBS={}):
+        made = app_settings.node_id()
+    assert len(made) == 200
+    assert made.endswith(f"p:{os.getpid()}")
+
+
+@pytest.mark.parametrize(
+    ("option", "value", "message"),
+    [
+        ("--threads", "0", "must be a whole number, 1 to 1000"),
+        ("--threads", "100000", "must be a whole number, 1 to 1000"),
+        ("--node-id", "n" * 201, "must be None or a non-empty str of at most 200 characters"),
+        ("--tags", "t" * 101, "each at most 100 characters"),
+        ("--tags", ",".join(f"t{i}" for i in range(101)), "at most 100 str"),
+        ("--duration", "1e12", "must be a number of seconds, 0 to 2592000 (30 days)"),
+        ("--duration", "inf", "must be a number of seconds, 0 to 2592000 (30 days)"),
+        ("--duration", "nan", "must be a number of seconds, 0 to 2592000 (30 days)"),
+        ("--duration", "-1", "must be a number of seconds, 0 to 2592000 (30 days)"),
+    ],
+)
+def test_runscheduler_refuses_an_option_its_setting_could_not_take(option, value, message):
+    # Refused as the command line is read: before a node starts, with the reason.
+    with pytest.raises(CommandError) as refused:
+        call_command("runscheduler", f"{option}={value}")
+    assert option in str(refused.value)
+    assert message in str(refused.value)

@@ -10,10 +10,29 @@ from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError
 
+from ...bounds import SETTING_SECONDS_MAX
+from ...checks import LONGEST, setting_problem
 from ...conf import app_settings
 from ...engine import Node
 from ...observe import metrics
 from ...observe.probes import ProbeServer
+
+
+def _checked(key: str, value: object) -> None:
+    """Refuse an option's value that the setting it overrides could not take (the same rule)."""
+    if problem := setting_problem(key, value):
+        raise argparse.ArgumentTypeError(f"{problem} (as CLUSTER_JOBS[{key!r}]), got {value!r}")
+
+
+def node_id(text: str) -> str:
+    _checked("NODE_ID", text)
+    return text
+
+
+def threads(text: str) -> int:
+    value = int(text)
+    _checked("EXECUTOR_THREADS", value)
+    return value
 
 
 def positive_int(text: str) -> int:
@@ -23,10 +42,13 @@ def positive_int(text: str) -> int:
     return value
 
 
-def non_negative_float(text: str) -> float:
+def duration(text: str) -> float:
+    """Seconds, 0 to SETTING_SECONDS_MAX: the timer that stops the node must accept them."""
     value = float(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be 0 or more, got {value}")
+    if not 0 <= value <= SETTING_SECONDS_MAX:
+        raise argparse.ArgumentTypeError(
+            f"must be a number of seconds, 0 to {LONGEST}, got {value!r}"
+        )
     return value
 
 
@@ -38,7 +60,9 @@ def port(text: str) -> int:
 
 
 def tag_set(text: str) -> frozenset[str]:
-    return frozenset(t.strip() for t in text.split(",") if t.strip())
+    tags = frozenset(t.strip() for t in text.split(",") if t.strip())
+    _checked("NODE_TAGS", tags)
+    return tags
 
 
 LEVELS = {0: logging.WARNING, 1: logging.INFO, 2: logging.DEBUG, 3: logging.DEBUG}
@@ -69,16 +93,17 @@ class Command(BaseCommand):
     def add_arguments(self, parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             "--node-id",
+            type=node_id,
             help="This node's id (default: CLUSTER_JOBS['NODE_ID'], "
             "else pod or host name and pid).",
         )
-        parser.add_argument("--threads", type=positive_int, help="Executor threads.")
+        parser.add_argument("--threads", type=threads, help="Executor threads.")
         parser.add_argument("--tags", type=tag_set, help="Comma-separated node tags.")
         parser.add_argument(
             "--max-ticks", type=positive_int, help="Stop after this many loop iterations (tests)."
         )
         parser.add_argument(
-            "--duration", type=non_negative_float, help="Stop gracefully after this many seconds."
+            "--duration", type=duration, help="Stop gracefully after this many seconds."
         )
         parser.add_argument(
             "--once",
