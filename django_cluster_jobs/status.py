@@ -29,7 +29,7 @@ from django.db.models import Count, Min, Model
 from .conf import app_settings
 from .coordination import get_vendor
 from .models import JobDefinition, JobRun, Lease, NodeStatus, RunState, WorkerNode
-from .validation import row_errors
+from .validation import known_names, stored_problems
 from .wording import REPORT_LANGUAGE, describe_schedule
 
 if TYPE_CHECKING:
@@ -89,7 +89,7 @@ def _nodes(alias: str, now: datetime) -> list[dict[str, Any]]:
             "host": node.host,
             "pid": node.pid,
             "version": node.version,
-            "tags": list(node.tags or []),
+            "tags": node.tags if isinstance(node.tags, list) else [],  # as stored, if a list
             "status": node.status,
             "started_at": iso(node.started_at),
             "last_heartbeat": iso(node.last_heartbeat),
@@ -98,7 +98,7 @@ def _nodes(alias: str, now: datetime) -> list[dict[str, Any]]:
             "clock_offset_ms": round(node.clock_offset_ms, 3),
             "claims_won": node.claims_won,
             "claims_lost": node.claims_lost,
-            "skipped": dict(node.skipped or {}),
+            "skipped": node.skipped if isinstance(node.skipped, dict) else {},
         }
         for node in WorkerNode.objects.using(alias).order_by("node_id")
     ]
@@ -139,10 +139,13 @@ def _jobs(alias: str, now: datetime) -> list[dict[str, Any]]:
         if pk is not None
     }
     by_id = {row["pk"]: _run(row) for row in runs.filter(pk__in=ids).values(*RUN_FIELDS)}
-    return [_job(d, now, by_id) for d in definitions]
+    known = known_names(alias)
+    return [_job(d, now, by_id, known) for d in definitions]
 
 
-def _job(job: LastRunIds, now: datetime, runs: Mapping[int | None, Any]) -> dict[str, Any]:
+def _job(
+    job: LastRunIds, now: datetime, runs: Mapping[int | None, Any], known: set[str]
+) -> dict[str, Any]:
     paused = job.is_paused_at(now)
     return {
         "name": job.name,
@@ -163,7 +166,7 @@ def _job(job: LastRunIds, now: datetime, runs: Mapping[int | None, Any]) -> dict
         "last_run": runs.get(job.last_run_id),
         "last_success": runs.get(job.last_success_id),
         "last_failure": runs.get(job.last_failure_id),
-        "problems": [str(problem) for problem in row_errors(job)],
+        "problems": [str(problem) for problem in stored_problems(job, known)],
     }
 
 

@@ -53,8 +53,8 @@ __all__ = [
     "MAX_COOLDOWN", "MAX_INTERVAL", "MAX_TIMEOUT", "MAX_WINDOW", "NAME_MAX_LENGTH", "NAME_PATTERN",
     "PAUSE_REASON_MAX_LENGTH", "PAYLOAD_DEPTH_MAX", "PRIORITY_MAX", "PRIORITY_MIN",
     "QUEUE_MAX_LENGTH", "TAGS_MAX", "TAG_MAX_LENGTH", "TIMEZONE_MAX_LENGTH", "check_run_inputs",
-    "check_task_inputs", "definition_errors", "graph_errors", "is_orphaned", "registered",
-    "row_errors",
+    "check_task_inputs", "definition_errors", "graph_errors", "is_orphaned",
+    "known_names", "missing_predecessors", "registered", "row_errors", "stored_problems",
 ]  # fmt: skip
 
 #: The JobDefinition columns the validator checks, in the models' order.
@@ -281,6 +281,42 @@ def graph_errors(
         found.append(ImproperlyDeclared(cycle[1], "after", graph[cycle[1]], hint))
         edges[cycle[1]] = [p for p in edges[cycle[1]] if p != cycle[0]]
     return found
+
+
+def missing_predecessors(
+    definition: JobDefinition, known: Collection[str]
+) -> list[ImproperlyDeclared]:
+    """Return a problem for each predecessor of a stored definition that names no job (one
+    deleted in the admin, or removed from the code): the job is never queued after it. ``known``
+    holds every declared and stored name (:func:`known_names`); never raise.
+    """
+    after = definition.after
+    if not isinstance(after, list):
+        return []  # row_errors reports an after that is not a list
+    name = _label(definition.name)
+    return [
+        ImproperlyDeclared(name, "after", list(after), _unknown(missing))
+        for missing in after
+        if isinstance(missing, str) and missing not in known
+    ]
+
+
+def known_names(alias: str) -> set[str]:
+    """Every job name a predecessor may name: the jobs stored on ``alias`` and the declared."""
+    from .models import JobDefinition
+    from .registry import registry
+
+    return set(JobDefinition.objects.using(alias).values_list("name", flat=True)) | set(
+        registry.names()
+    )
+
+
+def stored_problems(
+    definition: JobDefinition, known: Collection[str]
+) -> list[ImproperlyDeclared]:
+    """Every problem a stored definition shows (in the admin, the API and the status report):
+    the validator's and its missing predecessors (``known`` as for missing_predecessors)."""
+    return row_errors(definition) + missing_predecessors(definition, known)
 
 
 def _unknown(name: str) -> str:

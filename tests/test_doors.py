@@ -334,6 +334,16 @@ def test_the_status_report_lists_each_jobs_problems():
     assert "No job named 'gone.job' is registered" in orphaned
 
 
+def test_the_status_report_names_a_missing_predecessor():
+    # Deleted in the admin, or removed from the code with its row: the dependent says why it
+    # is never queued.
+    JobDefinitionFactory(name="db.report", schedule_kind="on_demand", cron="",
+                         after=["db.gone"])  # fmt: skip
+    jobs = {job["name"]: job for job in build_status()["jobs"]}
+    [missing] = jobs["db.report"]["problems"]
+    assert missing.startswith("Job 'db.report': invalid after ['db.gone']: no job named 'db.gone'")
+
+
 def test_schedulerstatus_text_shows_the_problems():
     JobDefinitionFactory(name="bad", cron="61 * * * *")
     out = io.StringIO()

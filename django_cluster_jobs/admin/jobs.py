@@ -11,7 +11,8 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
-from django.contrib import admin
+from django.contrib import admin, messages
+from django.contrib.admin.utils import unquote
 from django.db.models import Count, OuterRef, Q, Subquery
 from django.urls import reverse
 from django.utils import timezone
@@ -20,7 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..conf import app_settings, ledger
 from ..models import JobDefinition, JobRun, JobRunQuerySet, RunEvent, RunState, ScheduleKind, Source
-from ..validation import is_orphaned, row_errors
+from ..validation import is_orphaned, known_names, row_errors, stored_problems
 from ..wording import describe_schedule, interval_text
 from .base import LedgerDatabaseMixin
 from .forms import JobDefinitionForm
@@ -141,6 +142,31 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
             return False
         return super().has_delete_permission(request, obj)
 
+    def delete_view(self, request, object_id, extra_context=None):
+        # Before the operator confirms: the jobs that wait for this one, which it would leave
+        # never queued (each then says why, and check W007 warns; nothing stops).
+        if request.method == "GET":
+            job = self.get_object(request, unquote(object_id))
+            if job is not None and self.has_delete_permission(request, job):
+                self._warn_dependents(request, job.name, _(
+                    "Jobs that wait for %(job)s: %(dependents)s. Once it is deleted, they are "
+                    "never queued until it is defined again or removed from their predecessors."
+                ))  # fmt: skip
+        return super().delete_view(request, object_id, extra_context)
+
+    def delete_model(self, request, obj):
+        name = obj.name
+        super().delete_model(request, obj)
+        self._warn_dependents(request, name, _(
+            "Jobs that waited for %(job)s: %(dependents)s. They are no longer queued: define "
+            "it again or remove it from their predecessors."
+        ))  # fmt: skip
+
+    def _warn_dependents(self, request, name: str, text) -> None:
+        dependents = ledger(JobDefinition).dependents_of(name).values_list("name", flat=True)
+        if names := sorted(dependents):
+            messages.warning(request, text % {"dependents": ", ".join(names), "job": name})
+
     def get_deleted_objects(self, objs, request):
         # A job's runs and their events go with it, though the ledger's own pages delete none.
         deleted, counts, perms_needed, protected = super().get_deleted_objects(objs, request)
@@ -200,7 +226,8 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
 
     @admin.display(description=_("problems"))
     def problem_list(self, obj):
-        found = row_errors(obj) if obj.pk else []
+        # With a predecessor deleted since: the job is never queued after it.
+        found = stored_problems(obj, known_names(app_settings.DATABASE)) if obj.pk else []
         if not found:
             return _("None: the scheduler can use this definition.")
         return format_html_join("", "<p>{}</p>", ((str(p),) for p in found))
@@ -221,7 +248,7 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
         url = f"{self.admin_site.name}:cluster_jobs_jobdefinition_change"
         return format_html_join(", ", "{}", (
             (format_html('<a href="{}">{}</a>', reverse(url, args=[pks[n]]), n)
-             if n in pks else format_html("{} ({})", n, _("unknown")),)
+             if n in pks else format_html("{} ({})", n, _("unknown: never queued after it")),)
             for n in names
         ))  # fmt: skip
 

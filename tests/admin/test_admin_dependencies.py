@@ -98,3 +98,39 @@ def test_the_job_form_refuses_a_cycle_through_the_job_naming_its_path(admin_clie
     response = add_job(admin_client, schedule_kind="on_demand", cron="", after='["db.first"]')
     errors = " ".join(response.context["adminform"].form.errors["after"])
     assert "nightly -> db.first -> nightly" in errors or "db.first -> nightly -> db.first" in errors
+
+
+def test_deleting_a_job_others_wait_for_names_them_and_stops_nothing(admin_client):
+    """A predecessor deleted in the admin: the operator is told which jobs wait for it, before
+    and after; each dependent's page says why it is no longer queued; the checks warn (W007)
+    and `check --database` (as `migrate` runs it) still passes."""
+    from django.core.management import call_command
+
+    from django_cluster_jobs.checks import check_stored_dependencies
+
+    extract = JobDefinition.objects.create(name="db.extract", callable_name="tests.manual")
+    JobDefinition.objects.create(name="db.load", callable_name="tests.manual",
+                                 after=["db.extract"])  # fmt: skip
+    JobDefinition.objects.create(name="db.report", callable_name="tests.manual",
+                                 after=["db.load", "db.extract"])  # fmt: skip
+    html = page(admin_client, url("jobdefinition", "delete", extract.pk))
+    assert "Jobs that wait for db.extract: db.load, db.report. Once it is deleted" in html
+    response = admin_client.post(url("jobdefinition", "delete", extract.pk), {"post": "yes"},
+                                 follow=True)  # fmt: skip
+    assert response.status_code == 200
+    assert "Jobs that waited for db.extract: db.load, db.report. They are no longer" in (
+        response.content.decode()
+    )
+    assert not JobDefinition.objects.filter(name="db.extract").exists()
+    load = JobDefinition.objects.get(name="db.load")
+    html = page(admin_client, url("jobdefinition", "change", load.pk))
+    assert "no job named &#x27;db.extract&#x27; is declared or stored" in html
+    assert "db.extract (unknown: never queued after it)" in html
+    assert {m.id for m in check_stored_dependencies()} == {"cluster_jobs.W007"}
+    call_command("check", "--database", "default")  # a SystemCheckError would fail the test
+
+
+def test_deleting_a_job_no_one_waits_for_warns_of_nothing(admin_client):
+    lone = JobDefinition.objects.create(name="db.lone", callable_name="tests.manual")
+    html = page(admin_client, url("jobdefinition", "delete", lone.pk))
+    assert "Jobs that wait for" not in html
