@@ -23,6 +23,7 @@ from .choices import (
 )
 from .exceptions import ClusterJobsError
 from .indexes import CoveringIndex
+from .stored import TolerantDecoder
 
 
 class JobDefinitionQuerySet(models.QuerySet):
@@ -78,7 +79,7 @@ class JobDefinition(models.Model):
         default=10, help_text=_("Most missed occurrences run by the run_all misfire policy.")
     )
     max_attempts = models.PositiveIntegerField(default=1)
-    backoff = models.JSONField(default=dict, blank=True)
+    backoff = models.JSONField(default=dict, blank=True, decoder=TolerantDecoder)
     breaker_threshold = models.PositiveIntegerField(
         null=True, blank=True, help_text=_("Consecutive failed runs that pause the job.")
     )
@@ -90,16 +91,17 @@ class JobDefinition(models.Model):
     priority = models.IntegerField(default=0)
     queue = models.CharField(max_length=100, default="default")
     max_concurrency = models.PositiveIntegerField(null=True, blank=True)
-    requires = models.JSONField(default=list, blank=True)
+    requires = models.JSONField(default=list, blank=True, decoder=TolerantDecoder)
     after = models.JSONField(
         default=list,
         blank=True,
+        decoder=TolerantDecoder,
         help_text=_(
             "Names of the jobs that must succeed first, within one workflow instance; the job "
             "then runs on demand only (its predecessors' successes queue it)."
         ),
     )
-    payload = models.JSONField(default=dict, blank=True)
+    payload = models.JSONField(default=dict, blank=True, decoder=TolerantDecoder)
     enabled = models.BooleanField(default=True)
     paused_until = models.DateTimeField(null=True, blank=True)
     pause_reason = models.CharField(max_length=200, blank=True)
@@ -277,7 +279,7 @@ class JobRun(models.Model):
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     fence = models.BigIntegerField(default=1)
     priority = models.IntegerField(default=0)
-    payload = models.JSONField(default=dict, blank=True)
+    payload = models.JSONField(default=dict, blank=True, decoder=TolerantDecoder)
     #: A ``django.tasks`` run: the task's dotted path and the arguments it is called with. The
     #: database defaults keep the claim's INSERT, which does not name them, valid.
     task_path = models.CharField(
@@ -288,12 +290,14 @@ class JobRun(models.Model):
         help_text=_("The django.tasks task this run executes."),
     )
     args = models.JSONField(
-        default=list, db_default=[], blank=True, help_text=_("A task's positional arguments.")
+        default=list, db_default=[], blank=True, decoder=TolerantDecoder,
+        help_text=_("A task's positional arguments."),
     )
     kwargs = models.JSONField(
-        default=dict, db_default={}, blank=True, help_text=_("A task's keyword arguments.")
+        default=dict, db_default={}, blank=True, decoder=TolerantDecoder,
+        help_text=_("A task's keyword arguments."),
     )
-    result = models.JSONField(null=True, blank=True)
+    result = models.JSONField(null=True, blank=True, decoder=TolerantDecoder)
     error = models.TextField(blank=True)
     traceback = models.TextField(blank=True)
     reason = models.CharField(max_length=200, blank=True)
@@ -308,7 +312,7 @@ class JobRun(models.Model):
     #: The W3C trace context (traceparent, tracestate) of the code that enqueued the run, which
     #: the node that runs it continues (observe.tracing); null when there was none. Nullable so
     #: the claim statements, which do not name it, need no change.
-    trace_context = models.JSONField(null=True, blank=True, editable=False)
+    trace_context = models.JSONField(null=True, blank=True, editable=False, decoder=TolerantDecoder)
     #: The job's id on scheduled runs of jobs that allow no overlap (the run takes its lane).
     lane = models.BigIntegerField(null=True, blank=True, editable=False)
     #: ``lane`` while the run is live (pending or running), NULL once it ended. The database
@@ -527,7 +531,7 @@ class WorkerNode(models.Model):
                     "so a peer on the same host can tell that the process ended."),
     )  # fmt: skip
     version = models.CharField(max_length=50, blank=True)
-    tags = models.JSONField(default=list, blank=True)
+    tags = models.JSONField(default=list, blank=True, decoder=TolerantDecoder)
     status = models.CharField(max_length=10, choices=NodeStatus.choices, default=NodeStatus.ACTIVE)
     started_at = models.DateTimeField()
     last_heartbeat = models.DateTimeField()
@@ -537,7 +541,9 @@ class WorkerNode(models.Model):
     )
     claims_won = models.PositiveBigIntegerField(default=0)
     claims_lost = models.PositiveBigIntegerField(default=0)
-    skipped = models.JSONField(default=dict, blank=True, help_text=_("Skips counted by reason."))
+    skipped = models.JSONField(
+        default=dict, blank=True, decoder=TolerantDecoder, help_text=_("Skips counted by reason.")
+    )
 
     class Meta:
         ordering = ["node_id"]

@@ -8,11 +8,13 @@ from typing import Any
 from zoneinfo import available_timezones
 
 from django import forms
+from django.forms.fields import InvalidJSONInput
 from django.utils.translation import gettext_lazy as _
 
 from ..conf import ledger
 from ..models import JobDefinition, Source
 from ..registry import registry
+from ..stored import Unreadable
 from ..validation import definition_errors, graph_errors, orphaned, registered
 
 
@@ -52,6 +54,13 @@ class JobDefinitionForm(forms.ModelForm):
         if "timezone" in self.fields and _zones():
             choices = zone_choices(self.instance.timezone)
             self.fields["timezone"].widget = forms.Select(choices=choices)
+        for name, field in self.fields.items():
+            if isinstance(field, forms.JSONField):
+                field.decoder = None  # what is typed is read as JSON; the validator judges it
+            if isinstance(self.initial.get(name), Unreadable):
+                # Shown as its reason; saved unchanged it is refused as invalid JSON, so the
+                # operator writes a value, and the stored one is never replaced by a marker.
+                self.initial[name] = InvalidJSONInput(str(self.initial[name]))
 
     def clean(self) -> dict[str, Any]:
         super().clean()

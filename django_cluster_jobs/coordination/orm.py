@@ -7,10 +7,11 @@ from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import ClassVar
 
-from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import F, Min, Q, QuerySet
+from django.db import DatabaseError, IntegrityError, connections, transaction
+from django.db.models import Case, DateTimeField, F, Min, Q, QuerySet, Value, When
 from django.db.models.functions import Now
 
+from ..bounds import EARLIEST_RUN_AT, LATEST_RUN_AT
 from ..models import (
     DEFINITIONS,
     LEADER_LEASE,
@@ -25,10 +26,29 @@ from ..models import (
     WorkerNode,
 )
 from ..policies.overlap import takes_lane
+from ..stored import UNREADABLE
 from .base import Features, Vendor, is_lock_timeout, lease_row
 from .pending import pick, taken_kind, won_of
 from .types import Claim, Heartbeat, LeaderRenewal, LeaseSeen, NodeStats, Peer, Won
 
+
+def earliest_expiry(runs: QuerySet) -> datetime | None:
+    """The earliest lease expiry of ``runs`` within the instants Python holds, never an error:
+    on PostgreSQL a lease at -infinity or infinity reads as the nearest end (in SQL: MariaDB
+    would answer such a CASE as text); elsewhere a value no converter reads (text that is no
+    date on SQLite) makes the earliest expiry due at once."""
+    if connections[runs.db].vendor == "postgresql":
+        within = Case(
+            When(lease_expires_at__lt=EARLIEST_RUN_AT, then=Value(EARLIEST_RUN_AT)),
+            When(lease_expires_at__gt=LATEST_RUN_AT, then=Value(LATEST_RUN_AT)),
+            default=F("lease_expires_at"),
+            output_field=DateTimeField(),
+        )
+        return runs.aggregate(at=Min(within))["at"]
+    try:
+        return runs.aggregate(at=Min("lease_expires_at"))["at"]
+    except UNREADABLE:
+        return EARLIEST_RUN_AT
 
 class ORMVendor(Vendor):
     """One ``get_or_create`` per claim, compare-and-set updates, locks by ``select_for_update``
@@ -120,7 +140,7 @@ class ORMVendor(Vendor):
             live = WorkerNode.objects.using(alias).filter(status__in=LIVE_NODE).order_by("pk")
             peers = live.values_list("pk", "node_id", "process", "last_heartbeat")
             expiry = JobRun.objects.using(alias).filter(state=RunState.RUNNING)
-            next_expiry = expiry.aggregate(at=Min("lease_expires_at"))["at"]
+            next_expiry = earliest_expiry(expiry)
         return Heartbeat.of(
             status,
             owned,

@@ -11,7 +11,6 @@ nearest bound, so no stored value can make the ranking overflow or fail for the 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Collection
 from datetime import datetime, timedelta
 from typing import Any
@@ -21,6 +20,7 @@ from django.db.models import QuerySet
 from ..bounds import PRIORITY_MAX, PRIORITY_MIN
 from ..models import Cause, EventKind, JobRun
 from ..ranks import aging_step, bounded
+from ..stored import loads
 from . import sql
 from .base import dt_param
 from .types import Won
@@ -108,8 +108,9 @@ def take_returning(
 
 
 def _json(value: Any) -> Any:
-    """A JSON column as a raw query returns it: text on some drivers, parsed on others."""
-    return json.loads(value) if isinstance(value, str | bytes) else value
+    """A JSON column as a raw query returns it: text on some drivers, parsed on others; JSON
+    no decoder can follow is an Unreadable value (its run then fails with that reason)."""
+    return loads(value) if isinstance(value, str | bytes) else value
 
 
 def pick(

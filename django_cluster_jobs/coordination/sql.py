@@ -95,7 +95,15 @@ INSERT INTO {EVENT} (run_id, at, kind, node, fence, reason) VALUES (%s, %s, 'cla
 HEARTBEAT_READS = f"""(SELECT value FROM {COUNTER} WHERE name = 'definitions'),
        {{peers}},
        (SELECT {{pair}}(holder, expires_at) FROM {LEASE} WHERE name = 'leader'),
-       (SELECT MIN(lease_expires_at) FROM {RUN} WHERE state = 'running')"""
+       (SELECT {{expiry}} FROM {RUN} WHERE state = 'running')"""
+#: The earliest lease expiry as PostgreSQL reads it: within the instants Python can hold (a
+#: lease written as -infinity or infinity would otherwise fail every heartbeat of every node).
+#: (GREATEST and LEAST ignore a NULL: with no running run the answer must stay NULL.)
+PG_EXPIRY = (
+    "CASE WHEN MIN(lease_expires_at) IS NULL THEN NULL ELSE "
+    "LEAST(GREATEST(MIN(lease_expires_at), TIMESTAMPTZ '1970-01-01 00:00:00+00'), "
+    "TIMESTAMPTZ '9000-01-01 00:00:00+00') END"
+)
 PG_PEERS = f"""(SELECT json_agg(json_build_array(id, node_id, process, last_heartbeat) ORDER BY id)
         FROM {NODE} WHERE status IN ('active', 'draining'))"""
 SQLITE_PEERS = f"""(SELECT json_group_array(json_array(id, node_id, process, last_heartbeat))
@@ -127,7 +135,7 @@ WITH n AS (
     RETURNING fence
 )
 SELECT (SELECT status FROM n), r.id, r.cancel_requested, clock_timestamp(), (SELECT fence FROM l),
-       {HEARTBEAT_READS.format(peers=PG_PEERS, pair="json_build_array")}
+       {HEARTBEAT_READS.format(peers=PG_PEERS, pair="json_build_array", expiry=PG_EXPIRY)}
 FROM (SELECT 1) AS one LEFT JOIN r ON true
 """
 
@@ -138,7 +146,9 @@ SQLITE_HEARTBEAT = f"""
 UPDATE {NODE} SET last_heartbeat = %s, clock_offset_ms = %s, claims_won = %s,
                   claims_lost = %s, skipped = %s
 WHERE node_id = %s
-RETURNING status, {HEARTBEAT_READS.format(peers=SQLITE_PEERS, pair="json_array")}
+RETURNING status, {HEARTBEAT_READS.format(
+    peers=SQLITE_PEERS, pair="json_array", expiry="MIN(lease_expires_at)"
+)}
 """
 
 # Renew the leader lease under its token while unexpired. Parameters: leader_until, token, now.

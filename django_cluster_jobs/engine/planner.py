@@ -16,6 +16,7 @@ from ..ledger.settle import JOBS_PER_QUERY
 from ..models import JobDefinition
 from ..registry import Job, Registry
 from ..schedules import Every, Schedule
+from ..stored import UNREADABLE
 from ..validation import row_errors
 
 logger = logging.getLogger(__name__)
@@ -87,7 +88,7 @@ class Definitions:
     def changes(self, also: Collection[str] = ()) -> Changes:
         """Load the definitions changed since the last load (and those named in ``also``)."""
         stored = JobDefinition.objects.using(self.alias)
-        read = list(stored.values_list("pk", "updated_at", "after"))  # one light read of all
+        read = _marks(stored)  # one light read of all
         marks = {pk: at for pk, at, _after in read}
         leading = _leading(after for _pk, _at, after in read)
         stale = {pk for pk, at in marks.items() if self._seen.get(pk, _UNSEEN) != at}
@@ -107,6 +108,8 @@ class Definitions:
             self._unresolved.discard(pk)
         self._leading = leading
         planned = self._plan(rows)
+        for pk in stale - {row.pk for row in rows}:  # unreadable: read again once it changes
+            self._seen[pk] = marks.get(pk)
         return Changes(planned, before - set(planned))
 
     def _plan(self, rows: list[JobDefinition]) -> dict[str, Planned]:
@@ -136,20 +139,39 @@ def _leading(afters: Iterable[object]) -> set[str]:
     return {name for after in lists for name in after if isinstance(name, str)}
 
 
+def _marks(stored: QuerySet[JobDefinition]) -> list[tuple[int, object, object]]:
+    """(pk, updated_at, after) of every stored definition; row by row when one cannot be read,
+    which then has its error for its mark (it is read again, and logged, once it changes)."""
+    try:
+        return list(stored.values_list("pk", "updated_at", "after"))
+    except UNREADABLE:
+        pass
+    read: list[tuple[int, object, object]] = []
+    for pk in stored.values_list("pk", flat=True):
+        try:
+            read += stored.filter(pk=pk).values_list("pk", "updated_at", "after")
+        except UNREADABLE as exc:
+            read.append((pk, f"unreadable: {exc}", []))
+    return read
+
+
 def _rows(rows: QuerySet[JobDefinition]) -> list[JobDefinition]:
     """The definitions ``rows`` selects; row by row when one cannot even be read (a column a
     raw SQL write filled with what Django cannot convert), leaving that one out, logged."""
     try:
-        return list(rows.all())
-    except (ValueError, TypeError, OverflowError):
-        pass
-    readable = []
-    for pk, name in rows.values_list("pk", "name"):
-        try:
-            readable.append(rows.get(pk=pk))
-        except (ValueError, TypeError, OverflowError) as exc:
-            logger.error("job %r cannot be read from the database (%s); it is not planned", name,
-                         exc, extra={"job": name})  # fmt: skip
+        readable = list(rows.all())
+    except UNREADABLE:
+        readable = []
+        for pk, name in rows.values_list("pk", "name"):
+            try:
+                readable.append(rows.get(pk=pk))
+            except UNREADABLE as exc:
+                if _UNREAD.get(name) != str(exc):  # once per change, not at every reload
+                    _UNREAD[name] = str(exc)
+                    logger.error("job %r cannot be read from the database (%s); it is not "
+                                 "planned", name, exc, extra={"job": name})  # fmt: skip
+    for row in readable:
+        _UNREAD.pop(row.name, None)
     return readable
 
 
@@ -168,6 +190,8 @@ def problems(definition: JobDefinition) -> list[str]:
     return found
 
 
+#: Why each definition that could not be read was not: logged again only when that changes.
+_UNREAD: dict[str, str] = {}
 #: (job name, updated_at) of the invalid rows already logged.
 _REPORTED: set[tuple[str, object]] = set()
 

@@ -17,9 +17,13 @@ from ..ledger.changes import create_definitions
 from ..ledger.settle import JOBS_PER_QUERY
 from ..models import JobDefinition, NodeStatus, Source, WorkerNode
 from ..registry import Job
+from ..stored import UNREADABLE
 from .executor import release_broken_connections
 
 logger = logging.getLogger("django_cluster_jobs.engine.node")
+
+#: What storing one code job may raise because of its row: it is logged and left out.
+SYNC_ERRORS: tuple[type[Exception], ...] = (DatabaseError, *UNREADABLE)
 
 #: Seconds a starting node waits out a busy SQLite database ("database is locked").
 BUSY_WAIT = 60.0
@@ -96,7 +100,7 @@ def sync_definitions(jobs: Iterable[Job], alias: str) -> None:
     declared = list(jobs)
     try:
         stored = _stored(alias, [d.name for d in declared])
-    except (ValueError, TypeError, OverflowError):  # a row Django cannot read: one by one
+    except UNREADABLE:  # a row Django cannot read: one by one
         _sync_each(declared, alias)
         return
     _create(alias, [d for d in declared if d.name not in stored])
@@ -141,11 +145,12 @@ def _sync_each(jobs: Iterable[Job], alias: str) -> None:
     for declared in jobs:
         try:
             _sync_one(declared, alias)
-        except DatabaseError as exc:
+        except SYNC_ERRORS as exc:  # its row cannot be written, or read
             if is_lock_timeout(exc):
                 raise
             logger.error("job %r cannot be stored (%s); it is not scheduled", declared.name, exc,
-                         extra={"job": declared.name})  # fmt: skip
+                         extra={"job": declared.name},
+                         exc_info=not isinstance(exc, DatabaseError))  # fmt: skip
 
 
 def _sync_one(declared: Job, alias: str) -> None:

@@ -7,7 +7,9 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 
+from django_cluster_jobs.bounds import EARLIEST_RUN_AT
 from django_cluster_jobs.coordination import Claim, Won
 from django_cluster_jobs.models import LIVE_STATES, EventKind, JobRun, RunEvent, RunState
 from tests import timing
@@ -271,6 +273,49 @@ def test_heartbeat_renews_only_the_leases_of_runs_this_node_executes(ledger):
         3,
         {"claimed_elsewhere": 2},
     )
+
+
+#: Per database, lease expiries a column holds that Python cannot read, and the earliest
+#: expiry a heartbeat then reads: PostgreSQL's infinities, read as the nearest end of
+#: Python's instants (-infinity is due at once; infinity leaves the node's own lease the
+#: earliest, None here).
+EXTREME_LEASES = {
+    "postgresql": [("CAST('-infinity' AS timestamptz)", EARLIEST_RUN_AT),
+                   ("CAST('infinity' AS timestamptz)", None)],
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("extreme", [0, 1])
+def test_a_lease_python_cannot_read_leaves_every_heartbeat_working(ledger, extreme):
+    """Item 5 of the second containment round: such a lease (another node's) made every
+    heartbeat of every node fail."""
+    from django_cluster_jobs.coordination import NodeStats
+    from tests.factories import WorkerNodeFactory
+    from tests.raw_rows import store_raw
+
+    leases = EXTREME_LEASES.get(connection.vendor, [])
+    if extreme >= len(leases):
+        pytest.skip(f"{connection.vendor} holds no lease Python cannot read")
+    literal, earliest = leases[extreme]
+    WorkerNodeFactory(node_id="a")
+    mine = RunningRunFactory(node="a", lease_expires_at=LEASE)
+    odd = RunningRunFactory(node="b", lease_expires_at=LEASE)
+    store_raw(JobRun, odd.pk, "lease_expires_at", literal)
+    later = LEASE + timedelta(minutes=1)
+    beat = ledger.vendor.heartbeat("a", NOW, later, NodeStats(0, 0, 0, {}), [(mine.pk, 1)])
+    assert beat.owned_runs == {mine.pk} and beat.status == "active"
+    # The node's own lease as the heartbeat reads it: before its renewal in the native
+    # statement (one snapshot), after it on the portable path (statements one after another).
+    own = LEASE if ledger.vendor.name == "postgresql" else later
+    assert beat.next_expiry == (own if earliest is None else earliest)
+
+
+def test_a_heartbeat_with_no_running_run_reads_no_expiry(ledger):
+    from django_cluster_jobs.coordination import NodeStats
+    from tests.factories import WorkerNodeFactory
+
+    WorkerNodeFactory(node_id="a")
+    assert ledger.vendor.heartbeat("a", NOW, LEASE, NodeStats(0, 0, 0, {}), []).next_expiry is None
 
 
 def test_a_postgresql_heartbeat_brings_the_database_clock_back(ledger):

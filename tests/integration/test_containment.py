@@ -26,6 +26,7 @@ from tests.conftest import wait_until
 from tests.factories import JobDefinitionFactory, JobRunFactory
 from tests.models import Effect
 from tests.nodes import is_ended, served, take_all
+from tests.raw_rows import store_deep_json, store_raw
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -74,7 +75,64 @@ def test_a_definition_row_the_node_cannot_use_is_skipped_and_named(node, caplog,
     assert served(node, ok).state == RunState.SUCCEEDED
 
 
+#: Per database, values a column holds that Python cannot read back: a timestamp beyond
+#: datetime (PostgreSQL's infinity), an interval beyond timedelta, text that is no date.
+BEYOND_PYTHON = {
+    "postgresql": {
+        "infinite pause": ("paused_until", "CAST('infinity' AS timestamptz)"),
+        "interval beyond timedelta": ("interval", "CAST('2000000000 days' AS interval)"),
+    },
+    "sqlite": {
+        "no date": ("paused_until", "'not a date'"),
+        "no interval": ("interval", "'ten minutes'"),
+    },
+}
+
+
+@pytest.mark.parametrize("case", ["infinite pause", "interval beyond timedelta", "no date",
+                                  "no interval", "deep payload", "deep after"])  # fmt: skip
+@pytest.mark.timing
+def test_a_definition_python_cannot_read_is_left_out_once_and_the_others_run(node, caplog, case):
+    """Item 1 of the second containment round: such a row made every node loop on a failing
+    tick, running nothing for any job, and every restart exit."""
+    bad = JobDefinitionFactory(name=f"bad-{case}", callable_name="tests.manual",
+                               schedule_kind="every", cron="",
+                               interval=timedelta(minutes=10))  # fmt: skip
+    if case.startswith("deep"):
+        store_deep_json(JobDefinition, bad.pk, case.split()[1])
+    else:
+        holds = BEYOND_PYTHON.get(connection.vendor, {})
+        if case not in holds:
+            pytest.skip(f"{connection.vendor} holds no such value (it refuses it at the write)")
+        store_raw(JobDefinition, bad.pk, *holds[case])
+    with caplog.at_level(logging.ERROR, logger="django_cluster_jobs"):
+        node.reload()
+        node.tick()
+        node.reload()  # logged once, not at every load
+        node.tick()
+    assert bad.name not in node.planned and "tests.manual" in node.planned
+    said = [r.getMessage() for r in caplog.records if bad.name in r.getMessage()]
+    assert len(said) == 1, said
+    assert "not planned" in said[0]
+    ok = services.enqueue("tests.manual", {"value": 3})
+    assert served(node, ok).state == RunState.SUCCEEDED
+
+
 # -- stored runs -----------------------------------------------------------------------------
+
+
+@pytest.mark.timing
+def test_a_pending_run_whose_payload_python_cannot_read_fails_once_with_its_reason(node):
+    """Item 5: such a run stayed pending for ever, and its failing take held up every other."""
+    job = JobDefinition.objects.get(name="tests.manual")
+    poison = JobRunFactory(job=job, key="deep", state=RunState.PENDING)
+    store_deep_json(JobRun, poison.pk, "payload")
+    ok = services.enqueue("tests.manual", {"value": 1})
+    poison = served(node, poison)
+    assert poison.state == RunState.FAILED and poison.attempt == 1
+    assert "unreadable JSON: nested 900 levels deep, more than 500" in poison.error
+    assert served(node, ok).state == RunState.SUCCEEDED
+    assert not Effect.objects.filter(key="deep").exists()
 
 
 @pytest.mark.timing

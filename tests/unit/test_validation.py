@@ -253,3 +253,21 @@ def test_check_run_inputs_raises_only_what_it_documents(payload, priority, key, 
         assert exc.field in ("payload", "priority", "key", "at")
     else:
         assert isinstance(cleaned, dict)
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [("[" * 10_000 + "]" * 10_000, "nested 10000 levels deep, more than 500"),
+     ('{"a": [1e400]}', "the number 1e400 is beyond a float"),
+     ("[NaN]", "the number NaN is beyond a float"),
+     ("-Infinity", "the number -Infinity is beyond a float")],
+)  # fmt: skip
+def test_stored_json_python_cannot_read_or_send_back_is_unreadable(text, why):
+    from django_cluster_jobs.stored import Unreadable, loads
+
+    value = loads(text)
+    assert isinstance(value, Unreadable) and why in value.reason
+    assert loads('{"a": [1.5, 2, "x", null]}') == {"a": [1.5, 2, "x", None]}
+    # Brackets within strings are no nesting; many siblings are no depth.
+    assert loads('["' + "[" * 600 + '"]') == ["[" * 600]
+    assert len(loads("[" + ",".join(["[]"] * 600) + "]")) == 600
