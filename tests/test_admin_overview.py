@@ -276,6 +276,21 @@ def test_a_bad_instant_or_an_unknown_job_is_said_plainly(admin_client, nightly):
     assert 'value="Tell its story"' in form and '<option value="nightly">' in form
 
 
+@pytest.mark.parametrize(
+    "at", ["0001-01-01T00:00:00+14:00", "9999-12-31T23:59:59-14:00", "1969-12-31T23:59:59Z",
+           "9000-01-01T00:00:01Z", "2026-13-45T99:00:00Z"],
+)  # fmt: skip
+def test_an_instant_at_the_calendars_edge_is_said_plainly(admin_client, nightly, at):
+    """The story's hours around such an instant would not be dates: the page says which
+    instants it takes instead of failing."""
+    assert "from 1970-01-01 to 9000-01-01" in text(story(admin_client, "nightly", at))
+
+
+@pytest.mark.parametrize("name", ["night\x00ly", "x" * 201])
+def test_a_name_no_job_can_have_is_an_unknown_job(admin_client, nightly, name):
+    assert "No job is named" in text(story(admin_client, name, "2026-05-27T09:00Z"))
+
+
 # -- a job's fire times across a DST change -------------------------------------------------
 
 

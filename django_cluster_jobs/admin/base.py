@@ -9,17 +9,21 @@ changed and tells the user what happened. Some are also offered as buttons on an
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import quote
+from django.db import transaction
 from django.db.models import Model
 from django.http import HttpResponseRedirect
 from django.urls import reverse
 
 from .. import permissions
 from ..conf import app_settings
+from ..stored import UNREADABLE
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -30,6 +34,8 @@ if TYPE_CHECKING:
 else:
     AdminBase = object
 
+logger = logging.getLogger(__name__)
+
 #: POST field of the buttons on an object's page: come back to that page after the action.
 FROM_OBJECT = "_from_object"
 
@@ -37,10 +43,29 @@ M = TypeVar("M", bound=Model)
 
 
 class LedgerDatabaseMixin(AdminBase):
-    """Read and write the ledger on CLUSTER_JOBS["DATABASE"] (Django's multi-database pattern)."""
+    """Read and write the ledger on CLUSTER_JOBS["DATABASE"] (Django's multi-database pattern).
+
+    The list filters check their values as the list is built; a value that still reaches a
+    query the database refuses is Django's "invalid lookup" (the list again, with ``?e=1``),
+    logged, never a server error. (Django's change page already answers an id no row can have
+    with "does not exist".)
+    """
 
     class Media:
         css = {"all": ("cluster_jobs/admin.css",)}
+
+    def get_changelist_instance(self, request):
+        # A value from the query string that a column cannot hold, if a filter let it through:
+        # a number beyond the column's range (OverflowError on SQLite, DataError elsewhere), a
+        # NUL character (DataError from psycopg, ValueError from psycopg2). In a savepoint, so
+        # that a request in a transaction (ATOMIC_REQUESTS) goes on after it.
+        try:
+            with transaction.atomic(using=app_settings.DATABASE):
+                return super().get_changelist_instance(request)
+        except UNREADABLE as exc:
+            logger.warning("the %s list refused the query %r: %s", self.opts.model_name,
+                           request.GET.urlencode()[:200], exc)  # fmt: skip
+            raise IncorrectLookupParameters(exc) from exc
 
     def get_queryset(self, request):
         return super().get_queryset(request).using(app_settings.DATABASE)

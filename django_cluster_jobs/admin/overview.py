@@ -15,6 +15,8 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 
+from ..bounds import EARLIEST_RUN_AT, LATEST_RUN_AT
+from ..columns import holds_a_name
 from ..conf import app_settings, ledger
 from ..models import JobDefinition, RunState
 from ..overview import HOURS, cluster_overview, occurrence_story
@@ -59,13 +61,15 @@ def occurrence_view(model_admin: ModelAdmin, request: HttpRequest) -> HttpRespon
     name, text = request.GET.get("job", ""), request.GET.get("at", "")
     context.update(jobs=jobs, job_name=name, at_text=text, story=None, error="")
     if name:
-        job = ledger(JobDefinition).filter(name=name).first()
+        job = _job_named(name)
         asked = _instant(text)
         if job is None:
             context["error"] = _("No job is named %(name)s.") % {"name": name}
         elif asked is None:
-            context["error"] = _("Give the instant as an ISO date and time, e.g. "
-                                 "2026-05-28T09:00:00Z.")  # fmt: skip
+            context["error"] = _(
+                "Give the instant as an ISO date and time from %(earliest)s to %(latest)s, "
+                "e.g. 2026-05-28T09:00:00Z."
+            ) % {"earliest": EARLIEST_RUN_AT.date(), "latest": LATEST_RUN_AT.date()}
         else:
             context["story"] = occurrence_story(app_settings.DATABASE, job, asked)
     return TemplateResponse(request, "admin/cluster_jobs/occurrence.html", context)
@@ -85,15 +89,25 @@ def instance_view(model_admin: ModelAdmin, request: HttpRequest, pk: int) -> Htt
     return TemplateResponse(request, "admin/cluster_jobs/instance.html", context)
 
 
+def _job_named(name: str) -> JobDefinition | None:
+    """The job of that name; None for a name no job can have (longer than the column, or with
+    a NUL character, which PostgreSQL's text cannot hold)."""
+    if not holds_a_name(name):
+        return None
+    return ledger(JobDefinition).filter(name=name).first()
+
+
 def _instant(text: str) -> datetime | None:
-    """An ISO instant; a naive one is read as UTC. None when it is not one."""
+    """An ISO instant between EARLIEST_RUN_AT and LATEST_RUN_AT; a naive one is read as UTC.
+    None when it is not one (at the calendar's edges a story's hours would not be dates)."""
     try:
         at = parse_datetime(text.strip().replace(" ", "T"))
-    except ValueError:
+        if at is None:
+            return None
+        at = at if timezone.is_aware(at) else at.replace(tzinfo=UTC)
+        return at if EARLIEST_RUN_AT <= at <= LATEST_RUN_AT else None
+    except (ValueError, OverflowError):  # out of range once read as UTC
         return None
-    if at is None:
-        return None
-    return at if timezone.is_aware(at) else at.replace(tzinfo=UTC)
 
 
 def _iso(at: datetime) -> str:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 from django.contrib import admin, messages
+from django.contrib.admin.options import IncorrectLookupParameters
 from django.db.models import DurationField, ExpressionWrapper, F, Q
 from django.urls import path, reverse
 from django.utils import timezone
@@ -15,6 +16,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from .. import services
+from ..columns import holds_a_name, holds_an_id
 from ..conf import app_settings, ledger
 from ..exceptions import ImproperlyDeclared
 from ..models import (
@@ -39,7 +41,22 @@ from .text import as_json, pre, time_column
 ERROR_SUMMARY = 50
 
 
-class LedgerChoicesFilter(admin.SimpleListFilter):
+class CheckedFilter(admin.SimpleListFilter):
+    """A filter whose value from the query string is checked as the list is built: a value
+    no row can hold is Django's invalid lookup (the list again, with ``?e=1``), before any
+    query runs (a facet count runs later, while the page renders)."""
+
+    def __init__(self, request, params, model, model_admin) -> None:
+        super().__init__(request, params, model, model_admin)
+        value = self.value()
+        if value and not self.accepts(value):
+            raise IncorrectLookupParameters(f"{self.parameter_name}={value[:50]!r} names nothing")
+
+    def accepts(self, value: str) -> bool:
+        return holds_a_name(value)
+
+
+class LedgerChoicesFilter(CheckedFilter):
     """A filter whose choices come from a small ledger table (never from the runs themselves)."""
 
     field = ""
@@ -52,11 +69,14 @@ class LedgerChoicesFilter(admin.SimpleListFilter):
 class JobFilter(LedgerChoicesFilter):
     title, parameter_name, field = gettext_lazy("job"), "job", "job_id"
 
+    def accepts(self, value: str) -> bool:
+        return holds_an_id(value)
+
     def lookups(self, request, model_admin):
         return ledger(JobDefinition).values_list("pk", "name")
 
 
-class QueueFilter(admin.SimpleListFilter):
+class QueueFilter(CheckedFilter):
     """Runs of the jobs of one queue: the jobs are looked up first, so an index on the runs
     serves the list (the queue is the job's, not the run's)."""
 

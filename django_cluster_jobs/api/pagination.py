@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
-import re
-
 from rest_framework.exceptions import NotFound, ParseError
 from rest_framework.pagination import Cursor, CursorPagination
 
-#: A run id as a cursor carries it: what the ledger's 64-bit id column can hold.
-POSITION = re.compile(r"[0-9]{1,19}", re.ASCII)
-LARGEST_ID = 2**63 - 1
+from ..columns import holds_an_id
 
 
-def holds_an_id(position: object) -> bool:
+def a_run_position(position: object) -> bool:
     """Whether a cursor's position can be compared with run ids on every database.
 
     REST framework decodes the position as a str (its stubs say int): either is checked as text.
     """
     if position is None:
         return True
-    text = str(position)
-    return POSITION.fullmatch(text) is not None and int(text) <= LARGEST_ID
+    return holds_an_id(str(position))
 
 
 class RunCursorPagination(CursorPagination):
@@ -39,6 +34,6 @@ class RunCursorPagination(CursorPagination):
             cursor = super().decode_cursor(request)
         except NotFound as exc:
             raise ParseError(self.invalid_cursor_message) from exc
-        if cursor is not None and not holds_an_id(cursor.position):
+        if cursor is not None and not a_run_position(cursor.position):
             raise ParseError(self.invalid_cursor_message)
         return cursor

@@ -6,9 +6,11 @@ Serializers that need the time take ``now`` (the cluster's clock) from their con
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypedDict, cast, overload
 
+from django.db import models
 from django.db.models import QuerySet
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema_field
@@ -18,7 +20,9 @@ from rest_framework.settings import api_settings
 from ..conf import app_settings
 from ..exceptions import ImproperlyDeclared, UnknownJob
 from ..models import JobDefinition, JobRun, Outcome, RunEvent, RunLog, RunState, WorkerNode
+from ..permissions import can_view
 from ..registry import Job, registry
+from ..stored import Unreadable
 from ..validation import (
     KEY_MAX_LENGTH,
     PAUSE_REASON_MAX_LENGTH,
@@ -26,7 +30,8 @@ from ..validation import (
     PRIORITY_MIN,
     check_run_inputs,
     definition_errors,
-    row_errors,
+    known_names,
+    stored_problems,
 )
 from ..wording import REPORT_LANGUAGE, describe_schedule
 
@@ -74,14 +79,31 @@ class SecondsField(serializers.ReadOnlyField):
 # -- runs ---------------------------------------------------------------------------------------
 
 
+class StoredJSONField(serializers.JSONField):
+    """A JSON column as stored; a value no decoder can read (see ``stored.Unreadable``) shows
+    as its reason, a string, never a 500."""
+
+    def to_representation(self, value: Any) -> Any:
+        return str(value) if isinstance(value, Unreadable) else super().to_representation(value)
+
+
+class LedgerSerializer(serializers.ModelSerializer):
+    """A model of the ledger: its JSON columns through StoredJSONField."""
+
+    serializer_field_mapping = {
+        **serializers.ModelSerializer.serializer_field_mapping,
+        models.JSONField: StoredJSONField,
+    }
+
+
 # Any JSON value, null included: a nullable field would make the schema say "any or null",
 # which a 3.1 validator reads as two matching alternatives.
 @extend_schema_field({"description": "What the handler returned (any JSON value), or null."})
-class ResultField(serializers.JSONField):
+class ResultField(StoredJSONField):
     """A run's result."""
 
 
-class RunSummarySerializer(serializers.ModelSerializer):
+class RunSummarySerializer(LedgerSerializer):
     """A run as a job shows it: what happened and when (the error's first line only)."""
 
     error = serializers.SerializerMethodField()
@@ -105,7 +127,7 @@ RUN_FIELDS = (
 )  # fmt: skip
 
 
-class RunSerializer(serializers.ModelSerializer):
+class RunSerializer(LedgerSerializer):
     """A run in a list (select the job with it)."""
 
     job: serializers.SlugRelatedField[JobDefinition] = serializers.SlugRelatedField(
@@ -119,14 +141,14 @@ class RunSerializer(serializers.ModelSerializer):
         read_only_fields: tuple[str, ...] = fields
 
 
-class RunEventSerializer(serializers.ModelSerializer):
+class RunEventSerializer(LedgerSerializer):
     class Meta:
         model = RunEvent
         fields = ("at", "kind", "node", "fence", "reason")
         read_only_fields = fields
 
 
-class RunLogSerializer(serializers.ModelSerializer):
+class RunLogSerializer(LedgerSerializer):
     """One line a handler logged, with the level's name (``INFO``, ``WARNING``, …)."""
 
     level = serializers.CharField(source="level_name", read_only=True)
@@ -170,8 +192,18 @@ class LastRunField(serializers.ReadOnlyField):
     def to_representation(self, job: JobDefinition) -> dict[str, Any] | None:
         if self.field_name is None:  # set when the field is bound to its serializer
             raise TypeError("LastRunField is read only through a serializer")
-        run = cast(WithLastRuns, job).last_runs[self.field_name]
+        run = getattr(job, "last_runs", {}).get(self.field_name)
         return None if run is None else RunSummarySerializer(run).data
+
+
+def viewer_sees_runs(context: Mapping[str, Any]) -> bool:
+    """Whether the request's user may see runs (a run's error, node and key are run data).
+
+    A job's last runs are shown only to a viewer who may view runs, as the runs endpoint would
+    show them; without a request (a serializer used in code) they are shown.
+    """
+    request = context.get("request")
+    return request is None or can_view(request.user, JobRun)
 
 
 class JobListSerializer(serializers.ListSerializer):
@@ -179,7 +211,8 @@ class JobListSerializer(serializers.ListSerializer):
 
     def to_representation(self, data):
         jobs = list(data)
-        attach_last_runs(jobs)
+        if viewer_sees_runs(self.context):
+            attach_last_runs(jobs)
         return super().to_representation(jobs)
 
 
@@ -193,7 +226,7 @@ JOB_FIELDS = (
 )  # fmt: skip
 
 
-class JobSerializer(serializers.ModelSerializer):
+class JobSerializer(LedgerSerializer):
     """A job definition with its schedule read aloud, pause, next fire time and last runs.
 
     The queryset must come through ``JobDefinition.objects.with_last_runs``. ``paused_until`` and
@@ -224,7 +257,7 @@ class JobSerializer(serializers.ModelSerializer):
         list_serializer_class = JobListSerializer
 
     def to_representation(self, instance):
-        if not hasattr(instance, "last_runs"):
+        if not hasattr(instance, "last_runs") and viewer_sees_runs(self.context):
             attach_last_runs([instance])
         return super().to_representation(instance)
 
@@ -252,7 +285,11 @@ class JobSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.ListField(child=serializers.CharField()))
     def get_problems(self, job: JobDefinition) -> list[str]:
-        return [str(problem) for problem in row_errors(job)]
+        context = cast(dict[str, Any], self.context)  # a list's jobs share their root's
+        known = context.get("known_jobs")
+        if known is None:  # once per response
+            known = context["known_jobs"] = known_names(app_settings.DATABASE)
+        return [str(problem) for problem in stored_problems(job, known)]
 
 
 class JobDetailSerializer(JobSerializer):
@@ -272,7 +309,7 @@ class JobDetailSerializer(JobSerializer):
 # -- workflow instances -------------------------------------------------------------------------
 
 
-class InstanceSerializer(serializers.ModelSerializer):
+class InstanceSerializer(LedgerSerializer):
     """A workflow instance in a list: the root's run that started it (its id is the instance's)."""
 
     job: serializers.SlugRelatedField[JobDefinition] = serializers.SlugRelatedField(
@@ -325,7 +362,7 @@ class InstanceDetailSerializer(serializers.Serializer):
 # -- nodes --------------------------------------------------------------------------------------
 
 
-class NodeSerializer(serializers.ModelSerializer):
+class NodeSerializer(LedgerSerializer):
     """A node with its heartbeat age (on the cluster's clock) and its running runs (annotated)."""
 
     heartbeat_age_seconds = serializers.SerializerMethodField()

@@ -28,6 +28,8 @@ from rest_framework.views import APIView
 from rest_framework.viewsets import ReadOnlyModelViewSet
 
 from .. import services
+from ..bounds import NAME_MAX_LENGTH
+from ..columns import holds_a_name, holds_an_id
 from ..conf import app_settings, ledger
 from ..exceptions import ImproperlyDeclared, UnknownJob
 from ..models import (
@@ -70,6 +72,13 @@ def no_job(name: str) -> NotFound:
     return NotFound(f"No job named {name!r}.")
 
 
+def addressable(part: str, value: str) -> bool:
+    """Whether a path's ``value`` for ``part`` could name a row at all (a primary key, a name or
+    a node id). Any other value names nothing: a 404, never a query the database or its driver
+    refuses (a 500)."""
+    return holds_an_id(value) if part == "pk" else holds_a_name(value)
+
+
 class ClusterView(APIView):
     """What every view shares: permissions, parsers, no project-wide filters, the cluster clock."""
 
@@ -85,6 +94,15 @@ class ClusterView(APIView):
     # it too (schema=…), since extend_schema builds on the schema class it finds on the action.
     schema: ViewInspector | None = doc.ClusterSchema()
     viewed_models: tuple[type[Model], ...] = ()
+
+    def initial(self, request, *args: Any, **kwargs: Any) -> None:
+        super().initial(request, *args, **kwargs)
+        # The view's own lookup only (a project may mount the API under a prefix of its own),
+        # and after the permissions: a stranger learns nothing.
+        part = getattr(self, "lookup_url_kwarg", None) or getattr(self, "lookup_field", "")
+        value = kwargs.get(part) if part else None
+        if part and isinstance(value, str) and not addressable(part, value):
+            raise NotFound(f"No object has the {part} {value[:NAME_MAX_LENGTH]!r}.")
 
     def check_permissions(self, request) -> None:
         # A method no handler takes is 405 for everyone, before a permission could say 403.

@@ -66,6 +66,23 @@ def test_run_detail_needs_view_jobrun(cluster, user_with):
     assert user_with("view_jobrun").get(path).status_code == 200
 
 
+@pytest.mark.parametrize(("name", "args"), [("job-list", ()), ("job-detail", ("report",))])
+def test_a_jobs_last_runs_follow_the_run_permissions(cluster, user_with, name, args):
+    """A viewer of jobs who may not view runs gets no run through the jobs endpoints: a run's
+    error, node and key are run data."""
+
+    def last_runs(client) -> list[object]:
+        answer = client.get(url(name, *args)).json()
+        [job] = answer if isinstance(answer, list) else [answer]
+        return [job["last_run"], job["last_success"], job["last_failure"]]
+
+    assert last_runs(user_with("view_jobdefinition")) == [None, None, None]
+    shown = last_runs(user_with("view_jobdefinition", "view_jobrun"))
+    assert [run["id"] for run in shown] == [cluster["running"].pk, cluster["ok"].pk,
+                                            cluster["failed"].pk]  # fmt: skip
+    assert shown[2]["error"] == "RuntimeError: boom"
+
+
 def test_change_permission_counts_as_view_as_in_the_admin(cluster, user_with):
     assert user_with("change_jobrun").get(url("run-list")).status_code == 200
 
@@ -185,6 +202,46 @@ def test_job_detail_by_dotted_name_with_next_fire_times(viewer):
     assert len(times) == 5 and times[0] == parse(job["next_fire_time"])
     assert all(b - a == timedelta(minutes=5) for a, b in pairwise(times))
     assert job["last_run"] is None
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [("run-detail", str(2**63)), ("run-detail", "9" * 40), ("instance-detail", str(2**64)),
+     ("job-detail", "a\x00b"), ("job-detail", "x" * 201), ("node-detail", "n\x00")],
+)  # fmt: skip
+def test_a_path_that_can_name_no_row_is_404(viewer, name, value):
+    """A key beyond the column's range, a NUL character or a name longer than its column is
+    a 404 naming the value, never a query the database refuses (a 500)."""
+    response = viewer.get(url(name, value))
+    assert response.status_code == 404
+    assert "No object has the" in response.json()["detail"]
+
+
+def test_a_jobs_problems_name_a_missing_predecessor(viewer):
+    JobDefinitionFactory(name="db.report", schedule_kind=ScheduleKind.ON_DEMAND, cron="",
+                         after=["db.gone"])  # fmt: skip
+    job = viewer.get(url("job-detail", "db.report")).json()
+    [missing] = job["problems"]
+    assert "no job named 'db.gone' is declared or stored" in missing
+    [listed] = [j for j in viewer.get(url("job-list")).json() if j["name"] == "db.report"]
+    assert listed["problems"] == [missing]
+
+
+def test_a_row_whose_json_python_cannot_read_shows_its_reason(viewer):
+    from tests.raw_rows import store_deep_json
+
+    job = JobDefinitionFactory(name="deep", schedule_kind=ScheduleKind.ON_DEMAND, cron="")
+    run = JobRunFactory(job=job)
+    store_deep_json(JobDefinition, job.pk, "payload")
+    store_deep_json(JobRun, run.pk, "payload")
+    detail = viewer.get(url("job-detail", "deep"))
+    assert detail.status_code == 200
+    assert detail.json()["payload"] == "<unreadable JSON: nested 900 levels deep, more than 500>"
+    assert any("payload" in problem for problem in detail.json()["problems"])
+    answer = viewer.get(url("run-detail", run.pk))
+    assert answer.status_code == 200
+    assert answer.json()["payload"] == "<unreadable JSON: nested 900 levels deep, more than 500>"
+    assert viewer.get(url("run-list")).status_code == 200
 
 
 def test_unknown_job_is_404(viewer):
