@@ -30,7 +30,7 @@ DEFAULT_COOLDOWN = timedelta(minutes=5)
 PRIORITY_MIN = -100
 PRIORITY_MAX = 100
 
-#: The reason columns of runs and events (JobRun.reason, RunEvent.reason).
+#: A run's reason column (JobRun.reason; an event's reason is text of any length).
 REASON_MAX_LENGTH = 200
 #: Column lengths (JobDefinition.name, callable_name, cron, timezone, queue, pause_reason).
 NAME_MAX_LENGTH = 200

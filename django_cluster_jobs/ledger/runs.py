@@ -227,6 +227,5 @@ class Runs:
     ) -> None:
         """Append one event to a run's timeline."""
         RunEvent.objects.using(self.alias).create(
-            run_id=run_id, kind=kind, node=node, fence=fence, reason=reason[:REASON_MAX_LENGTH],
-            at=now,
+            run_id=run_id, kind=kind, node=node, fence=fence, reason=reason, at=now
         )
