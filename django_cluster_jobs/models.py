@@ -23,7 +23,7 @@ from .choices import (
 )
 from .exceptions import ClusterJobsError
 from .indexes import CoveringIndex
-from .stored import TolerantDecoder
+from .stored import UNREADABLE, TolerantDecoder
 
 
 class JobDefinitionQuerySet(models.QuerySet):
@@ -422,7 +422,12 @@ class JobRun(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.job.name} @ {self.key}"
+        # Its job is read only for its name: a job row that cannot be read names it by id.
+        try:
+            name = self.job.name
+        except UNREADABLE:
+            name = f"job {self.job_id}"
+        return f"{name} @ {self.key}"
 
     def save(self, *args, **kwargs) -> None:
         """Save; a pending run stores its rank (see ranks) with it."""

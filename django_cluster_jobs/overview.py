@@ -27,6 +27,8 @@ from .models import (
     RunState,
 )
 from .status import backlog, build_status, dead_letters
+from .stored import tolerant
+from .validation import known_names, stored_problems
 
 HOURS = 24
 #: What a cell of the strip shows for each state, the worst first.
@@ -158,6 +160,9 @@ class Story:
     runs: list[JobRun] = field(default_factory=list)
     events: list[RunEvent] = field(default_factory=list)
     changes: list[ClusterEvent] = field(default_factory=list)
+    #: Why no node plans the job as stored (a missing predecessor, a value the validator
+    #: refuses): what keeps its occurrences from being queued, whatever the verdict.
+    problems: list[str] = field(default_factory=list)
 
     @property
     def verdict_text(self) -> str:
@@ -171,11 +176,11 @@ def occurrence_story(
     database's time by default)."""
     now = now or get_vendor(alias).db_now()
     at = _occurrence(job, asked)
-    runs = list(_runs(alias, job, at, asked))
+    runs = list(tolerant(_runs(alias, job, at, asked)))
     story = Story(job, asked, at, _verdict(job, at, runs, now), runs)
-    story.events = list(
-        RunEvent.objects.using(alias).filter(run__in=[r.pk for r in runs]).order_by("at", "pk")
-    )
+    story.problems = [str(problem) for problem in stored_problems(job, known_names(alias))]
+    events = RunEvent.objects.using(alias).filter(run__in=[r.pk for r in runs])
+    story.events = list(tolerant(events.order_by("at", "pk")))
     around = (at or asked) - timedelta(days=1), (at or asked) + timedelta(hours=1)
     story.changes = list(
         ClusterEvent.objects.using(alias)

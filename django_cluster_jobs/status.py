@@ -13,7 +13,10 @@
   finished_at, node, error``), and ``problems``: why no node can use the stored definition, one
   message per problem (an orphaned callable, a value the validator refuses), empty when none;
 - ``recent_failures``: the latest failed, timed out, lost and dead-lettered runs, newest first,
-  each a run as above plus ``job``.
+  each a run as above plus ``job``;
+- ``unreadable``: the stored rows the report left out because a value in them cannot be read
+  (see :mod:`django_cluster_jobs.stored`): ``table, id, problems`` each, and ``message``, what
+  to do about it; empty when none.
 
 ``backlog()`` and ``dead_letters()`` are the cluster-wide figures the leader's metrics serve.
 """
@@ -29,6 +32,7 @@ from django.db.models import Count, Min, Model
 from .conf import app_settings
 from .coordination import get_vendor
 from .models import JobDefinition, JobRun, Lease, NodeStatus, RunState, WorkerNode
+from .stored import UNREADABLE, collecting, tolerant
 from .validation import known_names, stored_problems
 from .wording import REPORT_LANGUAGE, describe_schedule
 
@@ -59,20 +63,26 @@ def build_status(
     """Return the status report (see the module docstring for its keys)."""
     alias = using or app_settings.DATABASE
     now = now or get_vendor(alias).db_now()
-    nodes = _nodes(alias, now)
     dead_after = app_settings.DEAD_AFTER
-    return {
-        "generated_at": iso(now),
-        "healthy": any(
-            n["status"] == NodeStatus.ACTIVE and n["heartbeat_age_seconds"] <= dead_after
-            for n in nodes
-        ),
-        "dead_after_seconds": dead_after,
-        "nodes": nodes,
-        "leader": _leader(alias, now),
-        "jobs": _jobs(alias, now),
-        "recent_failures": _failures(alias, failures),
-    }
+    with collecting() as unreadable:
+        nodes = _nodes(alias, now)
+        report = {
+            "generated_at": iso(now),
+            "healthy": any(
+                n["status"] == NodeStatus.ACTIVE and n["heartbeat_age_seconds"] <= dead_after
+                for n in nodes
+            ),
+            "dead_after_seconds": dead_after,
+            "nodes": nodes,
+            "leader": _leader(alias, now),
+            "jobs": _jobs(alias, now),
+            "recent_failures": _failures(alias, failures),
+        }
+    report["unreadable"] = [
+        {"table": row.table, "id": row.pk, "problems": list(row.problems), "message": str(row)}
+        for row in unreadable
+    ]
+    return report
 
 
 def _nodes(alias: str, now: datetime) -> list[dict[str, Any]]:
@@ -100,12 +110,12 @@ def _nodes(alias: str, now: datetime) -> list[dict[str, Any]]:
             "claims_lost": node.claims_lost,
             "skipped": node.skipped if isinstance(node.skipped, dict) else {},
         }
-        for node in WorkerNode.objects.using(alias).order_by("node_id")
+        for node in tolerant(WorkerNode.objects.using(alias).order_by("node_id"))
     ]
 
 
 def _leader(alias: str, now: datetime) -> dict[str, Any] | None:
-    lease = Lease.objects.using(alias).leader(now).first()
+    lease = tolerant(Lease.objects.using(alias).leader(now)).first()
     if lease is None:
         return None
     return {
@@ -131,14 +141,16 @@ def _run(row: dict[str, Any]) -> dict[str, Any]:
 
 def _jobs(alias: str, now: datetime) -> list[dict[str, Any]]:
     runs = JobRun.objects.using(alias)
-    definitions = list(JobDefinition.objects.using(alias).with_last_runs(now).order_by("name"))
+    definitions = list(
+        tolerant(JobDefinition.objects.using(alias).with_last_runs(now).order_by("name"))
+    )
     ids = {
         pk
         for d in definitions
         for pk in (d.last_run_id, d.last_success_id, d.last_failure_id)
         if pk is not None
     }
-    by_id = {row["pk"]: _run(row) for row in runs.filter(pk__in=ids).values(*RUN_FIELDS)}
+    by_id = {row["pk"]: _run(row) for row in tolerant(runs.filter(pk__in=ids).values(*RUN_FIELDS))}
     known = known_names(alias)
     return [_job(d, now, by_id, known) for d in definitions]
 
@@ -173,22 +185,30 @@ def _job(
 def _failures(alias: str, limit: int) -> list[dict[str, Any]]:
     # Latest end first, runs without an end last: two reads, so an index serves each.
     failures = JobRun.objects.using(alias).failures().values(*RUN_FIELDS, "job__name")
-    rows = list(failures.filter(finished_at__isnull=False).order_by("-finished_at", "-pk")[:limit])
+    ended = failures.filter(finished_at__isnull=False).order_by("-finished_at", "-pk")
+    rows = list(tolerant(ended[:limit]))
     if len(rows) < limit:
-        rows += failures.filter(finished_at__isnull=True).order_by("-pk")[: limit - len(rows)]
+        rows += tolerant(failures.filter(finished_at__isnull=True).order_by("-pk"))[
+            : limit - len(rows)
+        ]
     return [{"job": row["job__name"], **_run(row)} for row in rows]
 
 
 def backlog(alias: str, now: datetime) -> dict[str, tuple[int, float]]:
     """Pending runs due at ``now`` by queue: (how many, seconds the oldest has waited)."""
-    rows = (
-        JobRun.objects.using(alias)
-        .due(now)
-        .values_list("job__queue")
-        .annotate(n=Count("pk"), oldest=Min("due_at"))
-        .order_by()
-    )
-    return {queue: (n, max(0.0, (now - oldest).total_seconds())) for queue, n, oldest in rows}
+    due = JobRun.objects.using(alias).due(now)
+    rows = due.values_list("job__queue").annotate(n=Count("pk"), oldest=Min("due_at")).order_by()
+    try:
+        return {queue: (n, max(0.0, (now - oldest).total_seconds())) for queue, n, oldest in rows}
+    except UNREADABLE:  # a due time no converter reads: each queue's oldest of those that read
+        counts = dict(due.values_list("job__queue").annotate(n=Count("pk")).order_by())
+        found = {}
+        for queue, n in counts.items():
+            queued = due.filter(job__queue=queue).order_by("due_at")
+            dues = tolerant(queued.values_list("pk", "due_at"))
+            oldest = next((at for _, at in dues[:100] if isinstance(at, datetime)), now)
+            found[queue] = (n, max(0.0, (now - oldest).total_seconds()))
+        return found
 
 
 def dead_letters(alias: str) -> dict[str, int]:

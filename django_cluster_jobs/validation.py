@@ -12,6 +12,7 @@ from __future__ import annotations
 import graphlib
 import inspect
 from collections.abc import Collection, Mapping, Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from . import columns, payloads
@@ -99,7 +100,30 @@ def row_errors(definition: JobDefinition) -> list[ImproperlyDeclared]:
     name = _label(values["name"])
     handler = registered(values["callable_name"])
     found = [] if handler else [orphaned(name, values["callable_name"], values["source"])]
-    return found + definition_errors(values, job=name, handler=handler)
+    return found + definition_errors(values, job=name, handler=handler) + _marks(name, definition)
+
+
+#: The columns the scheduler keeps for itself (never an operator's input): what each must hold.
+MARKS = {"settled_through": False, "next_to_settle": True, "created_at": False}
+
+
+def _marks(name: str, definition: JobDefinition) -> list[ImproperlyDeclared]:
+    """The scheduler's own times as stored: a raw write can leave one that reads as no time at
+    all (SQLite reads text that is no date as None), which no plan can start from."""
+    if definition.pk is None:  # not stored yet: the marks are set when it is
+        return []
+    found = []
+    for column, may_be_empty in MARKS.items():
+        value = getattr(definition, column, None)
+        if value is None and may_be_empty:
+            continue
+        if not isinstance(value, datetime) or value.utcoffset() is None:
+            hint = (
+                "the scheduler's own mark is no time (another program wrote what no date reads "
+                "as): set it to an aware time with SQL, e.g. the job's creation time"
+            )
+            found.append(ImproperlyDeclared(name, column, value, hint))
+    return found
 
 
 def check_run_inputs(

@@ -12,6 +12,7 @@ from __future__ import annotations
 import graphlib
 from dataclasses import dataclass, field
 
+from .columns import holds_an_id
 from .models import (
     FAILURE_STATES,
     LIVE_STATES,
@@ -21,6 +22,7 @@ from .models import (
     JobRunQuerySet,
     RunState,
 )
+from .stored import tolerant
 
 #: The ends of a step after which its instance cannot succeed unless a replay resumes it.
 ENDED_WITHOUT_SUCCESS = (*FAILURE_STATES, RunState.SKIPPED, RunState.CANCELLED)
@@ -120,8 +122,10 @@ def roots(runs: JobRunQuerySet, jobs: JobDefinitionQuerySet) -> JobRunQuerySet:
 def instance_of(alias: str, run_id: int) -> Instance | None:
     """The instance run ``run_id`` belongs to (or starts), with its steps; None when the run is
     gone or in no instance."""
-    runs = JobRun.objects.using(alias).select_related("job")
+    runs = tolerant(JobRun.objects.using(alias).select_related("job"))
     run = runs.filter(pk=run_id).first()
+    if run is not None and run.instance and not holds_an_id(str(run.instance)):
+        return None  # a stored instance that is no run's id (another program's write)
     root = run and (runs.filter(pk=run.instance).first() if run.instance else run)
     if root is None:
         return None

@@ -16,14 +16,16 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from django.contrib import admin, messages
 from django.contrib.admin.options import IncorrectLookupParameters
 from django.contrib.admin.utils import quote
+from django.contrib.messages.storage.base import BaseStorage
 from django.db import transaction
 from django.db.models import Model
 from django.http import HttpResponseRedirect
 from django.urls import reverse
+from django.utils.text import capfirst
 
 from .. import permissions
 from ..conf import app_settings
-from ..stored import UNREADABLE
+from ..stored import UNREADABLE, UnreadableRow, collecting, tolerant
 
 if TYPE_CHECKING:
     from django_stubs_ext import StrOrPromise
@@ -61,14 +63,65 @@ class LedgerDatabaseMixin(AdminBase):
         # that a request in a transaction (ATOMIC_REQUESTS) goes on after it.
         try:
             with transaction.atomic(using=app_settings.DATABASE):
-                return super().get_changelist_instance(request)
+                changelist = super().get_changelist_instance(request)
+                # Read here, not while the page renders: a row that cannot be read is left
+                # out of the page and named above it.
+                with collecting() as unreadable:
+                    len(changelist.result_list)  # reads the page's rows into its cache
         except UNREADABLE as exc:
             logger.warning("the %s list refused the query %r: %s", self.opts.model_name,
                            request.GET.urlencode()[:200], exc)  # fmt: skip
             raise IncorrectLookupParameters(exc) from exc
+        self._name_unreadable(request, unreadable)
+        return changelist
+
+    def _name_unreadable(self, request, unreadable: list[UnreadableRow]) -> None:
+        """Say why each row was left out, once (a page it came from may have said it)."""
+        storage = messages.get_messages(request)
+        said = {str(message) for message in storage}
+        if isinstance(storage, BaseStorage):
+            storage.used = False  # read, not shown: the page still shows them
+        for row in unreadable:
+            if str(row) not in said:
+                self.message_user(request, str(row), messages.ERROR)
 
     def get_queryset(self, request):
-        return super().get_queryset(request).using(app_settings.DATABASE)
+        return tolerant(super().get_queryset(request).using(app_settings.DATABASE))
+
+    def get_object(self, request, object_id, from_field=None):
+        with collecting() as unreadable:
+            found = super().get_object(request, object_id, from_field)
+        self._name_unreadable(request, unreadable)
+        request._cluster_jobs_unreadable = bool(unreadable)
+        return found
+
+    def delete_view(self, request, object_id, extra_context=None):
+        # What is deleted with the row (a job's runs) is read to be listed and deleted: a row
+        # of them that cannot be read stops that, said here rather than as a server error.
+        try:
+            return super().delete_view(request, object_id, extra_context)
+        except UNREADABLE as exc:
+            logger.warning("deleting %s %s: a row deleted with it cannot be read",
+                           self.opts.model_name, object_id, exc_info=True)  # fmt: skip
+            name = capfirst(str(self.opts.verbose_name))
+            said = str(exc).split("\n", 1)[0][:200]
+            self.message_user(request, f"{name} {object_id} cannot be deleted here: a row "
+                              f"deleted with it cannot be read ({type(exc).__name__}: {said}). "
+                              "Correct or delete that row with SQL first.",
+                              messages.ERROR)  # fmt: skip
+            opts = self.opts
+            return HttpResponseRedirect(reverse(
+                f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_changelist"))
+
+    def _get_obj_does_not_exist_redirect(self, request, opts, object_id):
+        # Django's "does not exist; perhaps it was deleted?" is wrong for a row that exists
+        # and cannot be read: its message above says why, and the list is where to go.
+        if getattr(request, "_cluster_jobs_unreadable", False):
+            name = f"{self.admin_site.name}:{opts.app_label}_{opts.model_name}_changelist"
+            return HttpResponseRedirect(reverse(name))
+        return super()._get_obj_does_not_exist_redirect(  # type: ignore[misc]
+            request, opts, object_id
+        )
 
     def save_model(self, request, obj, form, change):
         obj.save(using=app_settings.DATABASE)

@@ -26,6 +26,7 @@ from .. import services
 from ..conf import ledger
 from ..models import ClusterEvent, JobRun, Lease, NodeStatus, RunState, WorkerNode
 from ..permissions import ADMIN, actor
+from ..stored import tolerant
 from ..wording import interval_text
 from .base import LedgerDatabaseMixin, OperatorActionsMixin, ReadOnlyMixin
 from .overview import occurrence_view, overview_view
@@ -35,7 +36,7 @@ from .text import time_column, when
 
 def current_leader() -> Lease | None:
     """Return the leader lease while some node holds it (one query), else None."""
-    return ledger(Lease).leader().first()
+    return tolerant(ledger(Lease).leader()).first()
 
 
 @admin.register(WorkerNode)

@@ -21,6 +21,7 @@ from django.utils.translation import gettext_lazy as _
 
 from ..conf import app_settings, ledger
 from ..models import JobDefinition, JobRun, JobRunQuerySet, RunEvent, RunState, ScheduleKind, Source
+from ..stored import tolerant
 from ..validation import is_orphaned, known_names, row_errors, stored_problems
 from ..wording import describe_schedule, interval_text
 from .base import LedgerDatabaseMixin
@@ -329,7 +330,7 @@ class JobDefinitionAdmin(JobActionsMixin, LedgerDatabaseMixin, admin.ModelAdmin)
         return self._run_link(obj.runs.failures())
 
     def _run_link(self, runs: JobRunQuerySet) -> str:
-        run = runs.using(app_settings.DATABASE).newest_first().first()
+        run = tolerant(runs.using(app_settings.DATABASE).newest_first()).first()
         if run is None:
             return "-"
         url = reverse(f"{self.admin_site.name}:cluster_jobs_jobrun_change", args=[run.pk])

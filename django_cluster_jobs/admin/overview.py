@@ -6,6 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from urllib.parse import urlencode
 
+from django.contrib import messages
 from django.contrib.admin import ModelAdmin
 from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
@@ -20,6 +21,7 @@ from ..columns import holds_a_name
 from ..conf import app_settings, ledger
 from ..models import JobDefinition, RunState
 from ..overview import HOURS, cluster_overview, occurrence_story
+from ..stored import tolerant
 from ..workflows import BOX_HEIGHT, BOX_WIDTH, instance_of
 
 
@@ -35,6 +37,8 @@ def overview_view(model_admin: ModelAdmin, request: HttpRequest) -> HttpResponse
     dead letters and the queues."""
     context = _context(model_admin, request, _("Cluster overview"))
     report = cluster_overview(app_settings.DATABASE)
+    for row in report["unreadable"]:  # left out of the page: named above it
+        messages.error(request, row["message"])
     runs = reverse(f"{model_admin.admin_site.name}:cluster_jobs_jobrun_changelist")
     story = reverse(f"{model_admin.admin_site.name}:cluster_jobs_occurrence")
     ids = dict(ledger(JobDefinition).values_list("name", "pk"))
@@ -94,7 +98,7 @@ def _job_named(name: str) -> JobDefinition | None:
     a NUL character, which PostgreSQL's text cannot hold)."""
     if not holds_a_name(name):
         return None
-    return ledger(JobDefinition).filter(name=name).first()
+    return tolerant(ledger(JobDefinition).filter(name=name)).first()
 
 
 def _instant(text: str) -> datetime | None:

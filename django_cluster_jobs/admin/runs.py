@@ -29,6 +29,7 @@ from ..models import (
     WorkerNode,
 )
 from ..permissions import ADMIN, actor, can_view
+from ..stored import tolerant
 from ..wording import interval_text
 from ..workflows import instance_of
 from .base import LedgerDatabaseMixin, ReadOnlyMixin
@@ -130,7 +131,7 @@ class RunPartInline(ReadOnlyMixin, admin.TabularInline):
     can_delete = False
 
     def get_queryset(self, request):
-        return super().get_queryset(request).using(app_settings.DATABASE)
+        return tolerant(super().get_queryset(request).using(app_settings.DATABASE))
 
     def has_view_permission(self, request, obj=None):
         # They are part of the run: whoever may see the run sees them.
@@ -222,7 +223,9 @@ class JobRunAdmin(BulkRunActionsMixin, ReadOnlyMixin, LedgerDatabaseMixin, admin
         elapsed = ExpressionWrapper(
             F("finished_at") - F("started_at"), output_field=DurationField()
         )
-        return super().get_queryset(request).annotate(duration_value=elapsed)
+        # Its job read with it: a job row that cannot be read is then named where the run is.
+        runs = super().get_queryset(request).select_related("job")
+        return runs.annotate(duration_value=elapsed)
 
     def get_urls(self):
         wrap = self.admin_site.admin_view

@@ -239,6 +239,13 @@ class StatusNodeSerializer(serializers.Serializer):
     skipped = serializers.DictField(child=serializers.IntegerField(), help_text="By reason.")
 
 
+class StatusUnreadableSerializer(serializers.Serializer):
+    table = serializers.CharField()
+    id = serializers.IntegerField()
+    problems = serializers.ListField(child=serializers.CharField(), help_text="By column.")
+    message = serializers.CharField(help_text="What the row is, why, and what to do.")
+
+
 class StatusSerializer(serializers.Serializer):
     """The status report, as ``schedulerstatus --json`` prints it."""
 
@@ -249,3 +256,6 @@ class StatusSerializer(serializers.Serializer):
     leader = LeaderSerializer(allow_null=True)
     jobs = StatusJobSerializer(many=True)
     recent_failures = StatusFailureSerializer(many=True)
+    unreadable = StatusUnreadableSerializer(
+        many=True, help_text="Stored rows left out because a value in them cannot be read."
+    )

@@ -22,7 +22,7 @@ from ..exceptions import ImproperlyDeclared, UnknownJob
 from ..models import JobDefinition, JobRun, Outcome, RunEvent, RunLog, RunState, WorkerNode
 from ..permissions import can_view
 from ..registry import Job, registry
-from ..stored import Unreadable
+from ..stored import Unreadable, tolerant
 from ..validation import (
     KEY_MAX_LENGTH,
     PAUSE_REASON_MAX_LENGTH,
@@ -176,7 +176,8 @@ class RunDetailSerializer(RunSerializer):
 def attach_last_runs(jobs: list[JobDefinition]) -> None:
     """Load the annotated last runs of ``jobs`` in one query, as ``job.last_runs``."""
     ids = {getattr(job, f"{name}_id") for job in jobs for name in LAST_RUNS} - {None}
-    runs = JobRun.objects.using(app_settings.DATABASE).in_bulk(ids) if ids else {}
+    stored = tolerant(JobRun.objects.using(app_settings.DATABASE).filter(pk__in=ids))
+    runs = {run.pk: run for run in stored} if ids else {}
     for job in jobs:
         loaded = {name: runs.get(getattr(job, f"{name}_id")) for name in LAST_RUNS}
         cast(WithLastRuns, job).last_runs = loaded

@@ -44,6 +44,7 @@ from ..models import (
 from ..permissions import API, actor, can_view
 from ..registry import registry
 from ..status import build_status
+from ..stored import collecting, tolerant
 from ..workflows import instance_of, roots
 from . import answers
 from . import schema as doc
@@ -66,6 +67,10 @@ class Conflict(APIException):
     status_code = status.HTTP_409_CONFLICT
     default_detail = "The object is not in a state this action applies to."
     default_code = "conflict"
+
+
+#: The response header that names the rows a list left out because they cannot be read.
+UNREADABLE_HEADER = "Cluster-Jobs-Unreadable"
 
 
 def no_job(name: str) -> NotFound:
@@ -132,7 +137,31 @@ class ClusterView(APIView):
 
 
 class ClusterViewSet(ClusterView, ReadOnlyModelViewSet):
-    """What the viewsets share besides: the cluster clock in the serializer's context, answers."""
+    """What the viewsets share besides: the cluster clock in the serializer's context, answers.
+
+    A stored row that cannot be read (see :mod:`django_cluster_jobs.stored`) is left out of a
+    list, which names it in its ``Cluster-Jobs-Unreadable`` header (``table id``, comma
+    separated); asked for by itself, it is a 409 that says why.
+    """
+
+    def dispatch(self, request, *args: Any, **kwargs: Any):
+        with collecting() as unreadable:
+            response = super().dispatch(request, *args, **kwargs)
+        if unreadable:
+            response[UNREADABLE_HEADER] = ", ".join(f"{row.table} {row.pk}" for row in unreadable)
+        return response
+
+    def filter_queryset(self, queryset):
+        return tolerant(super().filter_queryset(queryset))
+
+    def get_object(self) -> Any:
+        with collecting() as unreadable:
+            try:
+                return super().get_object()
+            except Http404 as exc:
+                if unreadable:
+                    raise Conflict(str(unreadable[0]), code="unreadable_row") from exc
+                raise
 
     def get_serializer_context(self) -> dict[str, Any]:
         return {**super().get_serializer_context(), "now": self.cluster_now()}
@@ -197,7 +226,7 @@ class JobViewSet(ClusterViewSet):
             raise serializers.ValidationError({exc.field: str(exc)}) from exc
 
     def _job_answer(self, name: str) -> Response:
-        return self.answer(JOB_CHANGED, self.get_queryset().get(name=name), status.HTTP_200_OK)
+        return self.answer(JOB_CHANGED, self.get_object(), status.HTTP_200_OK)
 
     @extend_schema(
         request=api.RunRequestSerializer, responses=doc.responses({201: RUN_MADE}, body=True)
@@ -358,7 +387,7 @@ class LeaderView(ClusterView, APIView):
     viewed_models = (Lease,)
 
     def get(self, request) -> Response:
-        lease = ledger(Lease).leader().first()
+        lease = tolerant(ledger(Lease).leader()).first()
         held = {
             "holder": lease.holder if lease else None,
             "since": lease.acquired_at if lease else None,

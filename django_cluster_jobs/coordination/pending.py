@@ -17,10 +17,10 @@ from typing import Any
 
 from django.db.models import QuerySet
 
-from ..bounds import PRIORITY_MAX, PRIORITY_MIN
-from ..models import Cause, EventKind, JobRun
+from ..bounds import PRIORITY_MAX, PRIORITY_MIN, REASON_MAX_LENGTH
+from ..models import Cause, EventKind, JobRun, RunEvent, RunState
 from ..ranks import aging_step, bounded
-from ..stored import loads
+from ..stored import UnreadableRow, collecting, loads, tolerant
 from . import sql
 from .base import dt_param
 from .types import Won
@@ -79,9 +79,26 @@ def take_native(
     if not ids:
         return []
     cursor.execute(sql.TAKEN_EVENTS.format(ids=", ".join(["%s"] * len(ids))), [at, *ids])
-    rows = {r.pk: r for r in JobRun.objects.using(vendor.alias).filter(pk__in=ids)}
+    with collecting() as unreadable:
+        taken = tolerant(JobRun.objects.using(vendor.alias).filter(pk__in=ids))
+        rows = {r.pk: r for r in taken}
+    for row in unreadable:
+        dead_letter_unreadable(vendor.alias, row, node, now)
     ranked = [(r.pk, r.due_at, r.priority) for r in rows.values()]
     return [won_of(rows[pk]) for pk, _, _ in sorted(ranked, key=rank_key(aging_step(), now))]
+
+
+def dead_letter_unreadable(alias: str, row: UnreadableRow, node: str, now: datetime) -> None:
+    """End a taken run that cannot be read, with its reason: no attempt could ever read it (a
+    replay, once its row is corrected, runs it). In the take's transaction."""
+    reason = str(row)[:10_000]
+    JobRun.objects.using(alias).filter(pk=row.pk).update(
+        state=RunState.DEAD, error=reason, reason=reason[:REASON_MAX_LENGTH], finished_at=now,
+        lease_expires_at=None,
+    )  # fmt: skip
+    RunEvent.objects.using(alias).create(
+        run_id=row.pk, at=now, kind=EventKind.DEAD_LETTERED, node=node, reason=reason
+    )
 
 
 def take_returning(

@@ -12,11 +12,12 @@ from datetime import datetime
 from django.db.models import QuerySet
 from django.utils import timezone
 
+from ..exceptions import shown
 from ..ledger.settle import JOBS_PER_QUERY
 from ..models import JobDefinition
 from ..registry import Job, Registry
 from ..schedules import Every, Schedule
-from ..stored import UNREADABLE
+from ..stored import UNREADABLE, UnreadableRow, columns_unreadable, report
 from ..validation import row_errors
 
 logger = logging.getLogger(__name__)
@@ -168,8 +169,10 @@ def _rows(rows: QuerySet[JobDefinition]) -> list[JobDefinition]:
             except UNREADABLE as exc:
                 if _UNREAD.get(name) != str(exc):  # once per change, not at every reload
                     _UNREAD[name] = str(exc)
-                    logger.error("job %r cannot be read from the database (%s); it is not "
-                                 "planned", name, exc, extra={"job": name})  # fmt: skip
+                    problems = columns_unreadable(JobDefinition, pk, rows.db) or (str(exc),)
+                    report(UnreadableRow(JobDefinition, pk, problems), log=False)  # the metric
+                    logger.error("job %s cannot be read from the database (%s); it is not "
+                                 "planned", shown(name), exc, extra={"job": name})  # fmt: skip
     for row in readable:
         _UNREAD.pop(row.name, None)
     return readable
@@ -202,8 +205,8 @@ def _report(definition: JobDefinition, found: list[str]) -> None:
         return
     _REPORTED.add(seen)
     logger.error(
-        "job %r is not planned until its definition is fixed: %s",
-        definition.name,
+        "job %s is not planned until its definition is fixed: %s",
+        shown(definition.name),  # a name as stored: longer than any column, in a raw write
         "; ".join(found),
         extra={"job": definition.name},
     )

@@ -117,7 +117,6 @@ class Taker:
                 )
             if len(taken) >= free:  # every thread is busy: look again when one frees up
                 return taken, now
-            return taken, ledger.next_pending_due(list(jobs))
         except Exception as exc:  # a database error, or a stored run the take cannot rank
             release_broken_connections()
             logger.warning(
@@ -125,6 +124,13 @@ class Taker:
                 exc_info=not isinstance(exc, DatabaseError),
             )  # fmt: skip
             return [], None
+        try:  # apart from the take: what was taken is run whatever this look says
+            return taken, ledger.next_pending_due(list(jobs))
+        except Exception as exc:
+            release_broken_connections()
+            logger.warning("could not look for the next pending run: %s", exc,
+                           extra=self.host.log_extra)  # fmt: skip
+            return taken, now
 
     def _take_limited(self, jobs: Mapping[int, Planned], free: int) -> list[Won]:
         """Take pending runs of jobs with a concurrency or queue limit, one at a time, locked."""

@@ -15,6 +15,7 @@ from django.db.models import Min
 
 from ..coordination import Vendor, get_vendor
 from ..models import DEFINITIONS, Counter, JobRun, RunState
+from ..stored import UNREADABLE, tolerant
 from .chores import Chores
 from .gates import Gates
 from .runs import Runs
@@ -41,7 +42,12 @@ class Ledger:
         pending = JobRun.objects.using(self.alias).filter(state=RunState.PENDING)
         if len(job_ids) > MANY_JOBS and not pending.exists():
             return None
-        return pending.filter(job_id__in=job_ids).aggregate(due=Min("due_at"))["due"]
+        pending = pending.filter(job_id__in=job_ids)
+        try:
+            return pending.aggregate(due=Min("due_at"))["due"]
+        except UNREADABLE:  # a due time no converter reads: the earliest of those that read
+            dues = tolerant(pending.order_by("due_at").values_list("pk", "due_at"))
+            return next((due for _, due in dues[:MANY_JOBS] if isinstance(due, datetime)), None)
 
     def definitions_version(self) -> int | None:
         """Return the definitions counter (models.Counter), which every change to a job

@@ -27,6 +27,7 @@ from django.db.models.signals import post_save
 from .. import signals
 from ..models import ClusterEvent, ClusterEventKind
 from ..status import backlog, dead_letters
+from ..stored import unreadable_seen
 
 if TYPE_CHECKING:
     from datetime import datetime, timedelta
@@ -243,6 +244,14 @@ class _NodeCollector:
             yield _gauge("cluster_jobs_heartbeat_age_seconds", "Seconds since this node's last "
                          "successful heartbeat.", time.monotonic() - last_ok, ["node"],
                          labels)  # fmt: skip
+        unreadable = GaugeMetricFamily(
+            "cluster_jobs_unreadable_rows",
+            "Stored rows this process met that a value in them makes unreadable, by table.",
+            labels=["table"],
+        )
+        for table, n in sorted(unreadable_seen().items()):
+            unreadable.add_metric([table], n)
+        yield unreadable
         if leading:
             yield from _cluster_gauges(node)
 

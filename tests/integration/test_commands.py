@@ -312,6 +312,7 @@ TOP_KEYS = {
     "leader",
     "jobs",
     "recent_failures",
+    "unreadable",
 }
 NODE_KEYS = {
     "node_id",

@@ -97,6 +97,7 @@ def render_text(report: dict[str, Any]) -> str:
     """Return the report as the human-readable text schedulerstatus prints."""
     lines = [f"Cluster status at {report['generated_at']}", *node_lines(report)]
     lines += [leader_line(report), *job_lines(report), *failure_lines(report)]
+    lines += [f"UNREADABLE: {row['message']}" for row in report.get("unreadable", [])]
     return "\n".join(lines)
 
 
