@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import Any, TypeGuard
 
 from django.core import checks
-from django.db import connections
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils.module_loading import import_string
 
 from . import bounds as b
@@ -148,6 +148,7 @@ RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "RUN_LOG_LEVEL": (_level, 'None, a logging level\'s name ("INFO") or a number, 0 or more'),
     "RUN_LOG_MAX_LINES": (_count(b.COUNT_MAX), f"a whole number of lines, {COUNT}"),
     "RUN_LOG_MAX_BYTES": (_count(b.COUNT_MAX), f"a whole number of bytes, {COUNT}"),
+    "EXACTLY_ONCE_SQLITE_SECONDS": (_seconds, SECONDS),
     "PROBE_PORT": (_port, "None or a TCP port number, 0 to 65535 (0: any free port)"),
 }
 
@@ -416,3 +417,48 @@ def check_stored_dependencies(app_configs: Any = None, **kwargs: Any) -> list[ch
             graph[row.name] = row.after
     found = [p for p in graph_errors(graph, known) if str(p) not in alone]
     return _dependency_messages(found, stored=True)
+
+
+@checks.register()
+def check_exactly_once(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """cluster_jobs.E040, W040, W041: a code job with delivery="exactly_once" where the promise
+    cannot hold (the ledger is not on the default database), is unbounded (no timeout), or holds
+    SQLite's one writer lock longer than EXACTLY_ONCE_SQLITE_SECONDS."""
+    from .registry import registry
+
+    jobs = [job for job in registry if job.delivery == "exactly_once"]
+    if not jobs or not _settings_readable():
+        return []
+    alias, found = app_settings.DATABASE, list[checks.CheckMessage]()
+    sqlite = vendor_of(alias) == "sqlite"
+    longest = app_settings.EXACTLY_ONCE_SQLITE_SECONDS
+    for job in jobs:
+        if alias != DEFAULT_DB_ALIAS:
+            found.append(checks.Error(
+                f"Job {job.name!r} is exactly-once, but the ledger is on the database "
+                f"{alias!r}: its handler's writes through the default database would commit "
+                "apart from its end, so a crash could apply them twice.",
+                hint="Keep the ledger on the default database (CLUSTER_JOBS['DATABASE']), or "
+                "declare the job delivery='at_least_once' with an idempotent handler.",
+                id="cluster_jobs.E040",
+            ))  # fmt: skip
+        if job.timeout is None:
+            found.append(checks.Warning(
+                f"Job {job.name!r} is exactly-once without a timeout: a node that freezes "
+                "mid-run holds its transaction, and the rows it locked, until the database "
+                "drops its session.",
+                hint="Give it timeout=timedelta(...): the transaction is then bounded on the "
+                "server too (PostgreSQL, MariaDB; not MySQL).",
+                id="cluster_jobs.W040",
+            ))  # fmt: skip
+        elif sqlite and job.timeout.total_seconds() > longest:
+            found.append(checks.Warning(
+                f"Job {job.name!r} is exactly-once with a timeout of "
+                f"{job.timeout.total_seconds():g}s on a SQLite ledger: while it runs, its "
+                "transaction holds SQLite's one writer lock, and every other node and job "
+                "waits for it, failing once its busy timeout passes.",
+                hint="Keep such jobs short (at most CLUSTER_JOBS['EXACTLY_ONCE_SQLITE_SECONDS'], "
+                f"{longest:g}s), or run them on PostgreSQL or MariaDB.",
+                id="cluster_jobs.W041",
+            ))  # fmt: skip
+    return found

@@ -24,6 +24,7 @@ class Placement(models.TextChoices):
 class Delivery(models.TextChoices):
     AT_LEAST_ONCE = "at_least_once", _("at least once")
     AT_MOST_ONCE = "at_most_once", _("at most once")
+    EXACTLY_ONCE = "exactly_once", _("exactly once (its writes to the ledger's database)")
 
 
 class Overlap(models.TextChoices):

@@ -67,6 +67,9 @@ class Defaults:
     RUN_LOG_MAX_LINES: int = 1000
     #: Most bytes (UTF-8) of log lines stored per attempt of a run.
     RUN_LOG_MAX_BYTES: int = 256 * 1024
+    #: On a SQLite ledger, the longest timeout an exactly-once job may have without warning
+    #: (cluster_jobs.W041): its transaction holds SQLite's one writer lock while it runs.
+    EXACTLY_ONCE_SQLITE_SECONDS: float = 5.0
     #: TCP port of the node's probe server (/livez, /readyz, /startupz, /metrics); None serves
     #: none. ``runscheduler --probe-port`` overrides it.
     PROBE_PORT: int | None = None

@@ -25,6 +25,13 @@ class RunContext:
     cancel_event: threading.Event = field(default_factory=threading.Event, repr=False)
 
     @property
+    def idempotency_key(self) -> str:
+        """The same for every attempt of this occurrence (or enqueued run), and for no other:
+        give it to what the handler asks outside the database (an HTTP API's idempotency
+        key, an email's message id), so a retry is recognised there as the same request."""
+        return f"{self.job}@{self.key}"
+
+    @property
     def cancelled(self) -> bool:
         """True once the run was asked to stop (cancel, timeout or shutdown)."""
         return self.cancel_event.is_set()

@@ -82,6 +82,7 @@ def definition_errors(
             return [ImproperlyDeclared(name, "definition", values, hint)]
         given = {column: values[column] for column in COLUMNS if column in values}
         found = _columns(name, given) + _schedule(name, given) + _after(name, given)
+        found += _exactly_once(name, given, handler)
         found += _context(name, handler) or _payload(name, given, handler)
     except Exception as exc:  # a mapping that fails when read: say so, never raise
         return [ImproperlyDeclared(name, "definition", values, f"it cannot be read ({exc!r})")]
@@ -369,6 +370,31 @@ def _payload(name: str, given: dict[str, Any], handler: Job | None) -> list[Impr
             payloads.bind(name, handler, cleaned, complete=complete)
     except InvalidPayload as exc:
         return [exc]
+    return []
+
+
+def _exactly_once(
+    name: str, given: dict[str, Any], handler: Job | None
+) -> list[ImproperlyDeclared]:
+    """An exactly-once job runs in one transaction with its fenced end, on the node's thread
+    and connection: neither in a process of its own nor as a coroutine (whose database calls
+    run on other threads, outside that transaction)."""
+    if given.get("delivery") != "exactly_once":
+        return []
+    if given.get("executor") == "process":
+        hint = (
+            "an exactly-once job runs in one transaction with its fenced end on the node's own "
+            "connection, which a process of its own cannot share: use executor='thread', or "
+            "delivery='at_least_once' with an idempotent handler"
+        )
+        return [ImproperlyDeclared(name, "executor", "process", hint)]
+    if handler is not None and inspect.iscoroutinefunction(handler.func):
+        hint = (
+            f"the handler {handler.origin} is async: its database calls run on other threads, "
+            "outside the run's transaction; make it a plain def, or use "
+            "delivery='at_least_once' with an idempotent handler"
+        )
+        return [ImproperlyDeclared(name, "delivery", "exactly_once", hint)]
     return []
 
 

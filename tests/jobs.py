@@ -6,6 +6,8 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from uuid import UUID
 
+from django.conf import settings
+
 from django_cluster_jobs import RunContext, job
 
 from .models import Effect
@@ -390,3 +392,75 @@ def flow_c(ctx: RunContext) -> None:
 @job(name="tests.flow_d", after=[flow_b, flow_c])
 def flow_d(ctx: RunContext) -> None:
     record(ctx)
+
+
+# -- exactly once -------------------------------------------------------------------------------
+
+
+def _moved_fence(run_id: int) -> None:
+    """Move the run's fence from a connection of another thread, committed, as a takeover
+    does while this attempt still runs."""
+    import threading
+
+    from django.db import connections
+    from django.db.models import F
+
+    from django_cluster_jobs.models import JobRun
+
+    def bump() -> None:
+        try:
+            JobRun.objects.filter(pk=run_id).update(fence=F("fence") + 1)
+        finally:
+            connections.close_all()
+
+    other = threading.Thread(target=bump)
+    other.start()
+    other.join()
+
+
+#: Exactly-once needs the ledger on the default database (cluster_jobs.E040): the test settings
+#: that put it elsewhere (tests/settings_ledger.py) declare no such job.
+LEDGER_ELSEWHERE = settings.CLUSTER_JOBS.get("DATABASE", "default") != "default"
+
+
+def effects_once(ctx: RunContext, fail_until: int = 0, enqueue: bool = False,
+                 taken_over: bool = False, swallow: bool = False) -> int:  # fmt: skip
+    """Write two rows and end; up to attempt ``fail_until``, fail after the first.
+
+    ``enqueue``: queue a run of tests.manual from inside; ``taken_over``: the fence moves before
+    the end; ``swallow``: catch a database error without a savepoint."""
+    import contextlib
+
+    from django.db import IntegrityError
+
+    from django_cluster_jobs import services
+
+    record(ctx)
+    if enqueue:
+        services.enqueue("tests.manual", {"value": ctx.attempt}, key=f"inner-{ctx.key}")
+    if ctx.attempt <= fail_until:
+        raise RuntimeError(f"attempt {ctx.attempt} fails half-way")
+    if taken_over:
+        _moved_fence(ctx.run_id)
+    if swallow:  # on PostgreSQL the transaction is then unusable: the end cannot commit
+        with contextlib.suppress(IntegrityError):
+            Effect.objects.create(id=Effect.objects.get(key=ctx.key).pk, job="x", key="x", node="x")
+        return ctx.attempt
+    record(ctx)
+    return ctx.attempt
+
+
+def effects_slow(ctx: RunContext) -> int:
+    """Write a row, work a while, write a second: an attempt killed between them must leave
+    neither."""
+    record(ctx)
+    time.sleep(scaled(0.4))
+    record(ctx)
+    return ctx.attempt
+
+
+if not LEDGER_ELSEWHERE:
+    job(name="tests.effects_slow", delivery="exactly_once", timeout=timedelta(seconds=5),
+        max_attempts=5)(effects_slow)  # fmt: skip
+    job(name="tests.effects_once", delivery="exactly_once", timeout=timedelta(seconds=5),
+        max_attempts=2, backoff={"kind": "fixed", "base": 0})(effects_once)  # fmt: skip

@@ -21,6 +21,7 @@ from django.db import IntegrityError, connections, transaction
 from django.db.models import QuerySet
 
 from ..models import Lease
+from . import sql
 from .types import Claim, Ending, Heartbeat, LeaderRenewal, NodeStats, Won
 
 
@@ -103,6 +104,37 @@ class Vendor(ABC):
         """Write a run's end and its timeline entry in one statement where the database can;
         return whether it was written under the fence, or None to use the portable path."""
         return None
+
+    def begin_effects(self, won: Won, seconds: float | None) -> bool:
+        """Open an exactly-once run's transaction (the caller's ``atomic`` block): bound it to
+        ``seconds`` on the server where the database can, and check that this node still holds
+        the run's fence (False: it does not, and the handler must not run). Portable path:
+        check the fence; a database that bounds statements per session is restored by
+        :meth:`end_effects`."""
+        runs = self.connection.ops.quote_name(sql.RUN)
+        with self.connection.cursor() as cursor:
+            if self.connection.vendor == "sqlite":
+                # The writer lock up front (the handler will write): a transaction that read
+                # first could not write later, once another connection had written.
+                cursor.execute(f"UPDATE {runs} SET fence = fence WHERE id = %s AND fence = %s "
+                               "AND state = 'running'", [won.run_id, won.fence])  # fmt: skip
+                return cursor.rowcount == 1
+            if getattr(self.connection, "mysql_is_mariadb", False) and seconds:
+                # A statement, and a transaction left idle (a frozen node), end at the job's
+                # timeout. (MySQL has neither variable: its server's own timeouts apply.)
+                cursor.execute("SET SESSION max_statement_time = %s, "
+                               "idle_transaction_timeout = %s",
+                               [seconds, max(1, round(seconds))])  # fmt: skip
+            cursor.execute(f"SELECT 1 FROM {runs} WHERE id = %s AND fence = %s "
+                           "AND state = 'running'", [won.run_id, won.fence])  # fmt: skip
+            return cursor.fetchone() is not None
+
+    def end_effects(self) -> None:
+        """Restore what :meth:`begin_effects` set for the session (after the transaction)."""
+        if getattr(self.connection, "mysql_is_mariadb", False):
+            with self.connection.cursor() as cursor:
+                cursor.execute("SET SESSION max_statement_time = DEFAULT, "
+                               "idle_transaction_timeout = DEFAULT")  # fmt: skip
 
     def estimated_rows(self, table: str) -> int | None:
         """Return the planner's estimate of the rows in ``table`` (a name from a model's

@@ -125,6 +125,17 @@ class PostgreSQLVendor(ORMVendor):
         # reltuples is -1 until the table is first vacuumed or analysed (PostgreSQL 14+).
         return int(row[0]) if row is not None and row[0] >= 0 else None
 
+    def begin_effects(self, won: Won, seconds: float | None) -> bool:
+        if seconds:
+            # The transaction's own bounds: a statement, and a session that stopped talking
+            # (a frozen node), end at the job's timeout; both reset when the transaction ends.
+            bound = f"{max(1, round(seconds * 1000))}ms"
+            with self.connection.cursor() as cursor:
+                cursor.execute("SELECT set_config('statement_timeout', %s, true), "
+                               "set_config('idle_in_transaction_session_timeout', %s, true)",
+                               [bound, bound])  # fmt: skip
+        return super().begin_effects(won, seconds)
+
     def insert_pending(
         self, run: Any, name: str, callable_name: str, priority: int | None
     ) -> Any:

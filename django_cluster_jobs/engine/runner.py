@@ -13,7 +13,14 @@ from enum import StrEnum
 from functools import partial
 from typing import Any
 
-from django.db import DatabaseError, DataError, IntegrityError, ProgrammingError, connections
+from django.db import (
+    DatabaseError,
+    DataError,
+    IntegrityError,
+    ProgrammingError,
+    connections,
+    transaction,
+)
 
 from .. import signals
 from ..choices import Executor
@@ -22,7 +29,7 @@ from ..context import RunContext
 from ..coordination import Won
 from ..ledger import Ledger
 from ..ledger.breaker import open_if_tripped
-from ..models import EventKind, Overlap, RunState
+from ..models import Delivery, EventKind, Overlap, RunState
 from ..observe import tracing
 from ..policies.retry import Backoff, final_state, retryable
 from .clock import Clock
@@ -87,6 +94,14 @@ class Active:
         with self.lock:
             first, self.concluded = not self.concluded, True
         return first
+
+
+class _RolledBack(Exception):
+    """Leave an exactly-once run's transaction, rolling back what its handler wrote."""
+
+    def __init__(self, outcome: Ending | None, why: str = "", *, fenced: bool = False) -> None:
+        super().__init__(why)
+        self.outcome, self.why, self.fenced = outcome, why, fenced
 
 
 class Runner:
@@ -165,8 +180,11 @@ class Runner:
                 self.ledger.alias, won, planned, scheduled_at, self.node_id
             ) as span:
                 active.trace_id = tracing.trace_id(span)
-                outcome = self._execute(active, payload)
-                finished = self._conclude_contained(active, outcome)
+                if planned.definition.delivery == Delivery.EXACTLY_ONCE:
+                    outcome, finished = self._exactly_once(active, payload)
+                else:
+                    outcome = self._execute(active, payload)
+                    finished = self._conclude_contained(active, outcome)
                 tracing.record_outcome(span, outcome.state, outcome.error)
         finally:
             for timer in timers:
@@ -258,6 +276,111 @@ class Runner:
         elif active.why == Stop.CANCEL:
             outcome.state = RunState.CANCELLED
         return outcome
+
+    # -- exactly once ------------------------------------------------------------------------
+
+    def _exactly_once(self, active: Active, payload: dict) -> tuple[Ending, datetime]:
+        """Run the handler in one transaction on the ledger's database that ends with the run's
+        fenced success, so its writes there and its end commit together or not at all.
+
+        A handler that fails, a fence that moved (the run was taken over), an end another
+        thread recorded first (a forced timeout) roll the transaction back; the attempt is then
+        concluded as any other, outside it. An end that cannot be written for the database's
+        sake (a lost connection, a failed commit) leaves the run to its lease: the takeover
+        runs it again, its effects never applied twice.
+        """
+        won, planned = active.won, active.planned
+        vendor, alias = self.ledger.vendor, self.ledger.alias
+        timeout = planned.definition.timeout
+        seconds = timeout.total_seconds() + app_settings.GRACE_PERIOD if timeout else None
+        outcome = Ending(RunState.FAILED, error="the transaction did not start")
+        now = self.clock.now()
+        committed: list[bool] = []
+        try:
+            with transaction.atomic(using=alias):
+                if not vendor.begin_effects(won, seconds):
+                    raise _RolledBack(None, "this node no longer holds the run's fence")
+                # Runs first of the on_commit callbacks: proves the commit even if one of the
+                # handler's own callbacks then raises.
+                transaction.on_commit(lambda: committed.append(True), using=alias)
+                outcome = self._execute(active, payload)
+                if outcome.state != RunState.SUCCEEDED:
+                    raise _RolledBack(outcome)
+                if not active.conclude_once():
+                    raise _RolledBack(None, "its end was recorded meanwhile (its timeout)")
+                now = self.clock.now()
+                if not self._finish(active, outcome, now):
+                    raise _RolledBack(outcome, "its fence is stale", fenced=True)
+        except _RolledBack as back:
+            return self._rolled_back(active, back, outcome, now)
+        except DatabaseError as exc:
+            if not committed:
+                return self._not_committed(active, outcome, exc), self.clock.now()
+            logger.exception("%s @ %s: an on_commit callback of its handler failed after "
+                             "the commit", planned.name, won.key,
+                             extra=self.extra(won, planned))  # fmt: skip
+        finally:
+            self._end_effects()
+        self._store_log(active, now)
+        logger.info("%s %s @ %s", outcome.state, planned.name, won.key,
+                    extra=self.extra(won, planned))  # fmt: skip
+        try:
+            self._after(active, outcome, outcome.state, now)
+        except Exception:  # a signal receiver: the run has ended, the node goes on
+            logger.exception("after %s @ %s succeeded", planned.name, won.key,
+                             extra=self.extra(won, planned))  # fmt: skip
+        return outcome, now
+
+    def _rolled_back(
+        self, active: Active, back: _RolledBack, outcome: Ending, now: datetime
+    ) -> tuple[Ending, datetime]:
+        won, planned = active.won, active.planned
+        if back.why:
+            logger.warning("%s @ %s (attempt %s): its writes were rolled back: %s",
+                           planned.name, won.key, won.attempt, back.why,
+                           extra=self.extra(won, planned))  # fmt: skip
+        if back.fenced and back.outcome is not None:
+            self._write(active, back.outcome, now)  # fenced out again: recorded, signalled
+            return back.outcome, now
+        if back.outcome is None:
+            return outcome, self.clock.now()
+        return back.outcome, self._conclude_contained(active, back.outcome)
+
+    def _not_committed(self, active: Active, outcome: Ending, exc: DatabaseError) -> Ending:
+        """The transaction failed at its end. A connection that still works means the handler
+        left it unusable (it caught a database error without a savepoint): that is the
+        attempt's failure. Otherwise the end is unknown here; the run's lease decides."""
+        won, planned = active.won, active.planned
+        release_broken_connections()
+        usable = self._usable()
+        why = safe_text(f"{type(exc).__name__}: {exc}")
+        if usable and outcome.state == RunState.SUCCEEDED:
+            hint = (
+                "the run's transaction could not commit (a database error the handler caught "
+                "leaves it unusable: wrap what may fail in transaction.atomic())"
+            )
+            failed = Ending(RunState.FAILED, error=f"{why}\n{hint}", exception=exc)
+            with active.lock:
+                active.concluded = False  # its end was rolled back: record this one
+            self._conclude_contained(active, failed)
+            return failed
+        logger.error("%s @ %s (attempt %s): its end could not be committed with its writes "
+                     "(%s); both rolled back or both committed, its lease decides: it runs "
+                     "again if it did not commit", planned.name, won.key, won.attempt, why,
+                     extra=self.extra(won, planned))  # fmt: skip
+        return outcome
+
+    def _usable(self) -> bool:
+        try:
+            return bool(connections[self.ledger.alias].is_usable())
+        except Exception:
+            return False
+
+    def _end_effects(self) -> None:
+        try:
+            self.ledger.vendor.end_effects()
+        except DatabaseError:
+            release_broken_connections()
 
     # -- concluding ---------------------------------------------------------------------------
 

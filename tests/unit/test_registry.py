@@ -241,7 +241,7 @@ def test_registering_the_same_function_again_is_allowed():
     ("option", "value", "hint"),
     [
         ("placement", "everywhere", "choose one of cluster, every_node"),
-        ("delivery", "exactly_once", "choose one of at_least_once, at_most_once"),
+        ("delivery", "exactly_twice", "choose one of at_least_once, at_most_once, exactly_once"),
         ("overlap", "queue", "choose one of skip, allow, buffer_one, cancel_other"),
         ("misfire", "catch_up", "choose one of fire_once, skip, run_all"),
         ("max_attempts", 0, "1 or more"),
